@@ -1,0 +1,7 @@
+#pragma once
+// The actor core in one include: typed actors, the actor system, clocks and
+// error values.
+#include "troupe/core/actor.hpp"
+#include "troupe/core/actor_system.hpp"
+#include "troupe/core/clock.hpp"
+#include "troupe/core/result.hpp"

@@ -1,0 +1,113 @@
+#pragma once
+// The actor system: worker threads, the timer queue, and the root of every
+// actor's supervision tree.
+//
+// Ownership: the ActorSystem owns its threads and every actor spawned in it.
+// Destroying it shuts it down (see shutdown()). ActorRefs may outlive it;
+// telling through them afterwards is a dead letter.
+// Thread-safety: all members are thread-safe.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "troupe/core/actor.hpp"
+#include "troupe/core/clock.hpp"
+
+namespace troupe {
+
+// A message that could not be delivered because its recipient had stopped.
+struct DeadLetter {
+  std::string recipient;     // actor name, or "" if unnamed
+  std::string message_type;  // demangled C++ type of the message
+};
+
+struct SystemConfig {
+  // Worker threads; 0 = one per core.
+  std::size_t threads = 0;
+  // Messages an actor handles per activation before yielding its thread.
+  std::uint32_t throughput = 64;
+  // Time source; null = the system clock. Pass a ManualClock in tests.
+  std::shared_ptr<Clock> clock;
+  // How long shutdown() lets actors drain their mailboxes before stopping them.
+  Duration shutdown_drain_timeout = std::chrono::seconds(10);
+  // Called for every dead letter (on the sending thread; keep it cheap).
+  std::function<void(const DeadLetter&)> on_dead_letter;
+  // Log the first dead letters and then one in every 1000, to stderr.
+  bool log_dead_letters = true;
+  // Log handler failures (exceptions) to stderr.
+  bool log_failures = true;
+};
+
+// Counters, read at any time; each is exact, the set is not a snapshot.
+struct SystemStats {
+  std::uint64_t actors_spawned = 0;
+  std::uint64_t actors_live = 0;
+  std::uint64_t dead_letters = 0;
+  std::uint64_t mailbox_overflows = 0;
+  std::uint64_t handler_failures = 0;
+  std::uint64_t restarts = 0;
+  std::uint64_t stale_timer_fires = 0;  // fires of cancelled/replaced timers, dropped
+  std::uint64_t timers_pending = 0;
+};
+
+class ActorSystem {
+ public:
+  explicit ActorSystem(SystemConfig config = {});
+  ~ActorSystem();
+  ActorSystem(const ActorSystem&) = delete;
+  ActorSystem& operator=(const ActorSystem&) = delete;
+
+  // Spawns a top-level actor: spawn<A>(ctor args...) or
+  // spawn<A>(SpawnOptions{...}, ctor args...). A's constructor runs on the
+  // calling thread (its exceptions propagate); on_start runs in the actor.
+  // After shutdown() began, returns an empty ref.
+  template <class A, class... Args>
+  ActorRef<typename A::message_type> spawn(Args&&... args) {
+    static_assert(detail::ActorType<A>, "A must derive from Actor<Msg> and have receive(Msg&)");
+    if constexpr (detail::first_is_spawn_options<Args...>) {
+      return [&]<class O, class... Rest>(O&& o, Rest&&... rest) {
+        return detail::spawn_cell<A>(*impl_, root(), o, std::forward<Rest>(rest)...);
+      }(std::forward<Args>(args)...);
+    } else {
+      return detail::spawn_cell<A>(*impl_, root(), SpawnOptions{}, std::forward<Args>(args)...);
+    }
+  }
+
+  // Request/response from outside any actor: `make(ReplyTo<R>)` builds the
+  // request. The future yields the reply or timeout / dead_letter /
+  // mailbox_full / no_reply.
+  template <class R, class M, class Make>
+  Future<R> ask(const ActorRef<M>& target, Make&& make, Duration timeout) {
+    auto* st = new detail::FutureAsk<R>();
+    Future<R> f(st);
+    detail::send_ask<R>(*impl_, st, target, std::forward<Make>(make), timeout);
+    return f;
+  }
+
+  // Orderly shutdown: refuses new spawns and outside tells, lets actors drain
+  // their mailboxes (up to shutdown_drain_timeout), stops every actor
+  // (on_stop runs, watchers hear ExitReason::shutdown), then joins the
+  // threads. Blocks until done. A second call returns at once. Must not be
+  // called from inside an actor.
+  void shutdown();
+
+  // Tests: blocks until no actor has anything to do (all mailboxes empty, all
+  // workers parked) or `timeout` passes; true if idle. Pending timers do not
+  // count as work.
+  bool wait_idle(Duration timeout = std::chrono::seconds(10));
+
+  SystemStats stats() const;
+  Clock& clock() const;
+  std::size_t threads() const;
+
+  detail::SystemImpl& impl() noexcept { return *impl_; }
+
+ private:
+  detail::CellBase* root() const noexcept;
+  std::unique_ptr<detail::SystemImpl> impl_;
+};
+
+}  // namespace troupe

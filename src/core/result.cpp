@@ -1,0 +1,49 @@
+#include "troupe/core/result.hpp"
+
+#include "troupe/core/detail/cell.hpp"
+
+namespace troupe {
+
+std::string_view to_string(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::ok: return "ok";
+    case ErrorCode::timeout: return "timeout";
+    case ErrorCode::mailbox_full: return "mailbox_full";
+    case ErrorCode::dead_letter: return "dead_letter";
+    case ErrorCode::stash_overflow: return "stash_overflow";
+    case ErrorCode::no_reply: return "no_reply";
+    case ErrorCode::shutting_down: return "shutting_down";
+    case ErrorCode::invalid_argument: return "invalid_argument";
+    case ErrorCode::handler_failed: return "handler_failed";
+  }
+  return "unknown";
+}
+
+std::string Error::to_string() const {
+  std::string s(troupe::to_string(code_));
+  if (!message_.empty()) {
+    s += ": ";
+    s += message_;
+  }
+  return s;
+}
+
+std::string_view to_string(Delivery d) noexcept {
+  switch (d) {
+    case Delivery::delivered: return "delivered";
+    case Delivery::mailbox_full: return "mailbox_full";
+    case Delivery::dead_letter: return "dead_letter";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ExitReason r) noexcept {
+  switch (r) {
+    case ExitReason::normal: return "normal";
+    case ExitReason::failure: return "failure";
+    case ExitReason::shutdown: return "shutdown";
+  }
+  return "unknown";
+}
+
+}  // namespace troupe

@@ -1,0 +1,234 @@
+#include <cxxabi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "system_impl.hpp"
+#include "troupe/core/actor_system.hpp"
+
+namespace troupe {
+namespace detail {
+
+namespace {
+
+std::string demangle(const char* mangled) {
+  int status = 0;
+  char* s = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+  std::string out = (status == 0 && s) ? s : mangled;
+  std::free(s);
+  return out;
+}
+
+}  // namespace
+
+// --- services used by the typed front end ----------------------------------------
+
+TimerService& timers_of(SystemImpl& s) noexcept { return s.timers; }
+Clock& clock_of(SystemImpl& s) noexcept { return *s.clock; }
+void count_mailbox_full(SystemImpl& s) noexcept {
+  s.mailbox_overflows.fetch_add(1, std::memory_order_relaxed);
+}
+void count_stale_timer(SystemImpl& s) noexcept {
+  s.stale_timers.fetch_add(1, std::memory_order_relaxed);
+}
+SystemImpl& impl_of(ActorSystem& s) noexcept { return s.impl(); }
+
+std::uint16_t extras_opts_and_apply(CellBase* cell, const SpawnOptions& o) {
+  bool needs = !o.name.empty() || o.mailbox_capacity != 0 || o.stash_capacity != 1000 ||
+               o.supervision.directive() != Supervision::Directive::stop;
+  if (!needs) return 0;
+  auto& x = cell->extras();
+  x.name = o.name;
+  x.stash_capacity = o.stash_capacity;
+  x.directive = static_cast<std::uint8_t>(o.supervision.directive());
+  const auto& p = o.supervision.policy();
+  x.min_backoff = p.min_backoff;
+  x.max_backoff = p.max_backoff;
+  x.backoff_factor = p.factor < 1.0 ? 1.0 : p.factor;
+  x.max_restarts = p.max_restarts;
+  x.restart_window = p.within;
+  if (o.mailbox_capacity != 0) {
+    x.capacity = o.mailbox_capacity;
+    cell->add_opts(CellBase::kBounded);
+  }
+  return 0;
+}
+
+bool start_cell(SystemImpl& s, CellBase* cell, CellBase* parent) {
+  if (parent == s.root) {
+    auto& rx = *parent->extras_if();
+    std::unique_lock lk(rx.children_mu);
+    if (s.root_closed) {
+      lk.unlock();
+      cell->release();
+      return false;
+    }
+    lk.unlock();
+  }
+  if (s.closing.load(std::memory_order_acquire) && !s.scheduler.on_worker_thread()) {
+    cell->release();
+    return false;
+  }
+  parent->link_child(cell);
+  s.spawned.fetch_add(1, std::memory_order_relaxed);
+  s.live.fetch_add(1, std::memory_order_relaxed);
+  s.push_start(cell);
+  return true;
+}
+
+// --- SystemImpl --------------------------------------------------------------------
+
+SystemImpl::SystemImpl(SystemConfig cfg)
+    : config(std::move(cfg)),
+      clock(config.clock ? config.clock : std::shared_ptr<Clock>(SystemClock::instance())),
+      timers(clock),
+      scheduler(*this, config.threads, config.throughput) {
+  root = new RootCell(this);
+  root->extras();
+}
+
+SystemImpl::~SystemImpl() = default;
+
+void SystemImpl::start() {
+  timers.start();
+  scheduler.start();
+}
+
+void SystemImpl::cell_created() noexcept { cells_.fetch_add(1, std::memory_order_relaxed); }
+
+void SystemImpl::cell_freed() noexcept {
+  if (cells_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+void SystemImpl::shutdown() {
+  std::call_once(shutdown_once_, [this] {
+    closing.store(true, std::memory_order_seq_cst);
+    const auto drain = config.shutdown_drain_timeout;
+    // 1. Let what is queued run to completion.
+    wait_idle(drain);
+    // 2. Stop every top-level actor; each stops its children.
+    {
+      auto& rx = *root->extras_if();
+      std::lock_guard lk(rx.children_mu);
+      root_closed = true;
+      for (CellBase* c = rx.children; c; c = c->sib_next_) c->request_stop_for_shutdown();
+    }
+    // 3. Wait for them, bounded: a handler that never returns cannot be
+    // preempted, and must not hang the process forever.
+    {
+      std::unique_lock lk(live_mu);
+      bool all = live_cv.wait_for(lk, drain, [&] { return live.load() == 0; });
+      if (!all && config.log_failures) {
+        std::fprintf(stderr, "troupe: shutdown: %llu actor(s) did not stop within %lld ms\n",
+                     static_cast<unsigned long long>(live.load()),
+                     static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(drain).count()));
+      }
+    }
+    // 4. Threads.
+    timers.stop();
+    scheduler.stop();
+  });
+}
+
+bool SystemImpl::wait_idle(Duration timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int confirmations = 0;
+  for (;;) {
+    if (scheduler.quiescent() && external_inflight.load(std::memory_order_seq_cst) == 0) {
+      // Twice in a row, a little apart: a worker may be between taking a cell
+      // and running it only while not parked, so this is conservative.
+      if (++confirmations == 2) return true;
+    } else {
+      confirmations = 0;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void SystemImpl::push_start(CellBase* cell) {
+  struct Start final : SysEnvelope<Start> {
+    void run(CellBase& c) {
+      delete this;
+      c.start_incarnation();
+    }
+    void drop(CellBase&) { delete this; }
+  };
+  auto* e = new Start();
+  if (cell->push_system(e) != Delivery::delivered) delete e;
+}
+
+void SystemImpl::on_terminated(CellBase* c) noexcept {
+  c->release();  // the parent link's reference
+  if (live.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard lk(live_mu);
+    live_cv.notify_all();
+  }
+}
+
+void SystemImpl::on_dead_letter(const CellBase& recipient, const char* mangled_type) noexcept {
+  auto n = dead_letters.fetch_add(1, std::memory_order_relaxed) + 1;
+  bool log = config.log_dead_letters && (n <= 10 || n % 1000 == 0);
+  if (!log && !config.on_dead_letter) return;
+  try {
+    DeadLetter dl{recipient.name(), demangle(mangled_type)};
+    if (log) {
+      std::lock_guard lk(log_mu_);
+      std::fprintf(stderr, "troupe: dead letter #%llu: %s to '%s'%s\n", static_cast<unsigned long long>(n),
+                   dl.message_type.c_str(), dl.recipient.c_str(),
+                   n == 10 ? " (further dead letters are logged one in 1000)" : "");
+    }
+    if (config.on_dead_letter) config.on_dead_letter(dl);
+  } catch (...) {
+    // counting must never fail the sender
+  }
+}
+
+void SystemImpl::log_failure(const CellBase& c, const std::string& what) noexcept {
+  if (!config.log_failures) return;
+  std::lock_guard lk(log_mu_);
+  std::fprintf(stderr, "troupe: actor '%s' (%s) failed: %s\n", c.name().c_str(),
+               demangle(c.actor_type_name()).c_str(), what.c_str());
+}
+
+}  // namespace detail
+
+// --- ActorSystem -------------------------------------------------------------------
+
+ActorSystem::ActorSystem(SystemConfig config) : impl_(new detail::SystemImpl(std::move(config))) {
+  impl_->start();
+}
+
+ActorSystem::~ActorSystem() {
+  impl_->shutdown();
+  detail::SystemImpl* s = impl_.release();
+  detail::CellBase* root = s->root;
+  s->root = nullptr;
+  root->release();
+  s->cell_freed();  // the owner's share; the last cell (or this) frees it
+}
+
+void ActorSystem::shutdown() { impl_->shutdown(); }
+
+bool ActorSystem::wait_idle(Duration timeout) { return impl_->wait_idle(timeout); }
+
+SystemStats ActorSystem::stats() const {
+  SystemStats s;
+  s.actors_spawned = impl_->spawned.load();
+  s.actors_live = impl_->live.load();
+  s.dead_letters = impl_->dead_letters.load();
+  s.mailbox_overflows = impl_->mailbox_overflows.load();
+  s.handler_failures = impl_->failures.load();
+  s.restarts = impl_->restarts.load();
+  s.stale_timer_fires = impl_->stale_timers.load();
+  s.timers_pending = impl_->timers.pending();
+  return s;
+}
+
+Clock& ActorSystem::clock() const { return *impl_->clock; }
+std::size_t ActorSystem::threads() const { return impl_->scheduler.size(); }
+detail::CellBase* ActorSystem::root() const noexcept { return impl_->root; }
+
+}  // namespace troupe
