@@ -261,6 +261,7 @@ void CellBase::handle_failure(std::exception_ptr ep) noexcept {
       auto delay = Duration(static_cast<Duration::rep>(
           std::min(min_ns * scale, static_cast<double>(x.max_backoff.count()))));
       if (delay <= Duration::zero()) {
+        on_stop_hook();
         if (!recreate()) {
           x.stop_detail = "restart failed: the actor could not be rebuilt";
           state_ = static_cast<std::uint16_t>(state_ | kStopRequested |

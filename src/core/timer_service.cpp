@@ -52,7 +52,10 @@ void TimerService::schedule(Node* n, TimePoint deadline) {
     heap_.push_back(n);
     n->heap_index_ = i;
     sift_up(i);
-    wake = heap_.front() == n;
+    // Wake the timer thread only if it sleeps past this deadline: asks arm
+    // and cancel a timer each, and must not cost a syscall each.
+    wake = deadline < sleeping_until_;
+    if (wake) sleeping_until_ = deadline;
   }
   if (wake) cv_.notify_one();
 }
@@ -114,6 +117,7 @@ void TimerService::run_thread() {
   std::unique_lock lk(mu_);
   while (!stopping_) {
     if (heap_.empty()) {
+      sleeping_until_ = TimePoint::max();
       cv_.wait(lk);
       continue;
     }
@@ -121,7 +125,9 @@ void TimerService::run_thread() {
     Node* n = pop_due(now);
     if (!n) {
       // steady_clock and the clock's now() share an epoch for SystemClock
-      cv_.wait_until(lk, std::chrono::steady_clock::time_point(heap_.front()->deadline_.time_since_epoch()));
+      sleeping_until_ = heap_.front()->deadline_;
+      cv_.wait_until(lk, std::chrono::steady_clock::time_point(sleeping_until_.time_since_epoch()));
+      sleeping_until_ = TimePoint::min();  // awake: schedule() need not notify
       continue;
     }
     lk.unlock();

@@ -169,14 +169,16 @@ class ReplyTo {
   ReplyTo(ReplyTo&& o) noexcept : st_(std::exchange(o.st_, nullptr)) {}
   ReplyTo& operator=(ReplyTo&& o) noexcept {
     if (this != &o) {
-      reset(Error(ErrorCode::no_reply, "reply target replaced without a reply"));
+      if (st_) reset(Error(ErrorCode::no_reply, "reply target replaced without a reply"));
       st_ = std::exchange(o.st_, nullptr);
     }
     return *this;
   }
   ReplyTo(const ReplyTo&) = delete;
   ReplyTo& operator=(const ReplyTo&) = delete;
-  ~ReplyTo() { reset(Error(ErrorCode::no_reply, "request dropped without a reply")); }
+  ~ReplyTo() {
+    if (st_) reset(Error(ErrorCode::no_reply, "request dropped without a reply"));
+  }
 
   // Answers with a value. Later replies are no-ops.
   void reply(R value) { reset(Result<R>(std::move(value))); }
@@ -189,6 +191,7 @@ class ReplyTo {
  private:
   void reset(Result<R>&& r) noexcept {
     if (auto* s = std::exchange(st_, nullptr)) {
+      // (callers check st_ first so that the common path builds no Error)
       s->complete(std::move(r));
       s->release();
     }
@@ -357,7 +360,7 @@ class CellImpl final : public TypedCell<typename A::message_type> {
       ~Restore() { t_constructing = s; }
     } restore{saved};
     std::apply([this](auto&... a) { ::new (static_cast<void*>(storage_)) A(a...); }, args_);
-    live_ = true;
+    this->set_object_live(true);
   }
 
   A& obj() noexcept { return *std::launder(reinterpret_cast<A*>(storage_)); }
@@ -373,10 +376,10 @@ class CellImpl final : public TypedCell<typename A::message_type> {
     }
   }
   void on_start_hook() override {
-    if (live_) obj().on_start();
+    if (this->object_live()) obj().on_start();
   }
   void on_stop_hook() noexcept override {
-    if (!live_) return;
+    if (!this->object_live()) return;
     try {
       obj().on_stop();
     } catch (...) {
@@ -401,13 +404,12 @@ class CellImpl final : public TypedCell<typename A::message_type> {
 
  private:
   void destroy_obj() noexcept {
-    if (live_) {
-      live_ = false;
+    if (this->object_live()) {
+      this->set_object_live(false);
       obj().~A();
     }
   }
   [[no_unique_address]] std::tuple<Args...> args_;
-  bool live_ = false;
   alignas(A) unsigned char storage_[sizeof(A)];
 };
 

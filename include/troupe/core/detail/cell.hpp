@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "troupe/core/clock.hpp"
+#include "troupe/core/detail/pool.hpp"
 #include "troupe/core/detail/timer_service.hpp"
 #include "troupe/core/result.hpp"
 
@@ -66,7 +67,7 @@ enum class SysOp : std::uint8_t { run, drop };
 // A mailbox node. User messages carry `sys == nullptr` and are dispatched by
 // the cell, which knows the message type; runtime messages carry a function
 // that either runs them in the actor's context or drops them (actor gone).
-struct Envelope {
+struct Envelope : Pooled {
   Envelope* next = nullptr;
   void (*sys)(Envelope* self, CellBase* cell, SysOp op) = nullptr;
 };
@@ -167,7 +168,7 @@ enum class Resume : std::uint8_t {
 // holds); the memory is freed when the last reference goes. Thread-safety:
 // push()/retain()/release() are thread-safe; everything else runs only inside
 // the actor's own activation, which the mailbox protocol makes exclusive.
-class CellBase {
+class CellBase : public Pooled {
  public:
   static inline Envelope* const kIdle = reinterpret_cast<Envelope*>(std::uintptr_t{1});
   static inline Envelope* const kClosed = reinterpret_cast<Envelope*>(std::uintptr_t{2});
@@ -181,7 +182,7 @@ class CellBase {
     kTerminated = 4,
     kReceiveTimeout = 8,  // receive timeout armed: track activity
     kSuspended = 16,      // restart back-off pending
-    kInUserHandler = 32,
+    kObjectLive = 32,     // the user object is constructed (CellImpl)
   };
 
   CellBase(SystemImpl* sys, CellBase* parent, std::uint16_t opts) noexcept;
@@ -226,7 +227,7 @@ class CellBase {
     if (state_ & kReceiveTimeout) [[unlikely]] note_activity_slow();
   }
   void set_receive_timeout_flag(bool on) noexcept {
-    state_ = on ? (state_ | kReceiveTimeout) : (state_ & ~kReceiveTimeout);
+    state_ = static_cast<std::uint16_t>(on ? (state_ | kReceiveTimeout) : (state_ & ~kReceiveTimeout));
   }
   // Before publication only (spawn).
   void add_opts(std::uint16_t o) noexcept { opts_ |= o; }
@@ -254,6 +255,11 @@ class CellBase {
   // Replaces the user object with a fresh one; false if it cannot be rebuilt.
   virtual bool recreate() noexcept = 0;
   virtual const char* type_name() const noexcept = 0;
+
+  bool object_live() const noexcept { return (state_ & kObjectLive) != 0; }
+  void set_object_live(bool on) noexcept {
+    state_ = static_cast<std::uint16_t>(on ? (state_ | kObjectLive) : (state_ & ~kObjectLive));
+  }
 
   friend class SystemImpl;
   friend struct RestartEnvelope;

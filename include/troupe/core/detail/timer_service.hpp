@@ -101,6 +101,8 @@ class TimerService final : public ManualClock::Listener {
   std::condition_variable cv_;
   std::vector<Node*> heap_;
   std::uint64_t next_seq_ = 0;
+  // What the timer thread sleeps until (max = no deadline, min = awake).
+  TimePoint sleeping_until_ = TimePoint::min();
   bool stopping_ = false;
   bool started_ = false;
   std::thread thread_;

@@ -1,0 +1,76 @@
+#pragma once
+// Shared helpers for the CAF 0.17 peer (bench_caf). See bench/common/report.hpp
+// for the contract with bench/run and the troupe side.
+//
+// Conventions used throughout the CAF workloads:
+//  - Dynamically typed, event-based actors (`caf::event_based_actor` /
+//    `caf::stateful_actor<State>`). In CAF 0.17 typed actors use the very same
+//    runtime path (mailbox, behavior matching); the typing is compile-time
+//    only, so the dynamic flavour is the idiomatic and equally fast choice.
+//  - Messages are CAF atoms plus builtin integers, which need no type
+//    registration and are matched by a single precomputed type token.
+//  - The only blocking actor is the `caf::scoped_actor` in main() acting as
+//    the driver: it kicks the workload off and waits for its "done" message.
+//    Timing is taken in the driver, from the kick-off to the "done" message,
+//    the same points the troupe side uses.
+
+#include <caf/all.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "common/report.hpp"
+
+namespace caf_bench {
+
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using ping_atom = caf::atom_constant<caf::atom("ping")>;
+using pong_atom = caf::atom_constant<caf::atom("pong")>;
+using incr_atom = caf::atom_constant<caf::atom("incr")>;
+using retrieve_atom = caf::atom_constant<caf::atom("retrieve")>;
+using count_atom = caf::atom_constant<caf::atom("count")>;
+using next_atom = caf::atom_constant<caf::atom("next")>;
+using ok_atom = caf::atom_constant<caf::atom("ok")>;
+using ask_atom = caf::atom_constant<caf::atom("ask")>;
+
+// Generous upper bound for any single wait in the driver; bench/run kills the
+// process after 300 s anyway, this only turns a hang into a clear message.
+inline constexpr auto kDriverTimeout = std::chrono::seconds(280);
+
+[[noreturn]] inline void fail(const char* what) {
+  std::fprintf(stderr, "bench_caf: %s\n", what);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+// Blocks the driver until one message matching `fs...` arrives; an error
+// message or the driver timeout aborts the process.
+template <class... Fs>
+void await(caf::scoped_actor& self, const char* what, Fs&&... fs) {
+  self->receive(
+    std::forward<Fs>(fs)...,
+    [&](caf::error& err) {
+      std::fprintf(stderr, "bench_caf: %s: %s\n", what,
+                   self->system().render(err).c_str());
+      std::_Exit(1);
+    },
+    caf::after(kDriverTimeout) >> [&] {
+      std::fprintf(stderr, "bench_caf: %s: timed out\n", what);
+      std::_Exit(1);
+    });
+}
+
+// One function per workload; each runs in a fresh actor_system.
+void ping_pong(caf::actor_system& sys);
+void counting(caf::actor_system& sys);
+void fan_in(caf::actor_system& sys, int senders);
+void skynet(caf::actor_system& sys);
+void thread_ring(caf::actor_system& sys);
+void ask(caf::actor_system& sys);
+void idle_memory(caf::actor_system& sys);
+
+}  // namespace caf_bench

@@ -1,0 +1,349 @@
+// troupe side of the Savina-style workloads; see bench/common/report.hpp for
+// the contract shared with bench/peers/caf. Each workload is written the way
+// a troupe user would write it: typed actors, variant protocols, no tricks.
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "common/report.hpp"
+#include "troupe/core.hpp"
+
+namespace {
+
+using troupe::Actor;
+using troupe::ActorRef;
+using troupe::ActorSystem;
+using troupe::ReplyTo;
+
+troupe::SystemConfig config() {
+  troupe::SystemConfig cfg;
+  cfg.threads = 2;
+  return cfg;
+}
+
+// --- ping_pong -----------------------------------------------------------------
+
+using PongMsg = std::variant<ActorRef<long>, long>;  // partner, then balls
+
+struct Pong : Actor<PongMsg> {
+  ActorRef<long> ping;
+  void receive(PongMsg& m) {
+    if (auto* n = std::get_if<long>(&m)) {
+      ping.tell(*n);
+    } else {
+      ping = std::get<ActorRef<long>>(m);
+    }
+  }
+};
+
+struct Ping : Actor<long> {
+  Ping(ActorRef<PongMsg> p, long n, std::promise<void>* d) : pong(std::move(p)), total(n), done(d) {}
+  ActorRef<PongMsg> pong;
+  long total;
+  std::promise<void>* done;
+  void receive(long& n) {
+    if (n == total) {
+      done->set_value();
+    } else {
+      pong.tell(n + 1);
+    }
+  }
+};
+
+void ping_pong() {
+  const long n = bench::kPingPongRoundTrips / bench::scale();
+  ActorSystem sys(config());
+  std::promise<void> done;
+  auto pong = sys.spawn<Pong>();
+  auto ping = sys.spawn<Ping>(pong, n, &done);
+  pong.tell(ActorRef<long>(ping));
+  bench::Stopwatch sw;
+  pong.tell(0L);
+  done.get_future().wait();
+  double s = sw.seconds();
+  bench::report("ping_pong", static_cast<double>(n) / s, "round trips/s");
+  bench::report("ping_pong_latency", s * 1e9 / static_cast<double>(n), "ns");
+}
+
+// --- counting ------------------------------------------------------------------
+
+struct Retrieve {
+  std::promise<long>* result;
+};
+using CounterMsg = std::variant<int, Retrieve>;
+
+struct Counter : Actor<CounterMsg> {
+  long count = 0;
+  void receive(CounterMsg& m) {
+    if (auto* v = std::get_if<int>(&m)) {
+      count += *v;
+    } else {
+      std::get<Retrieve>(m).result->set_value(count);
+    }
+  }
+};
+
+struct Go {};
+
+struct Producer : Actor<Go> {
+  Producer(ActorRef<CounterMsg> c, long n, std::promise<long>* r) : counter(std::move(c)), total(n), result(r) {}
+  ActorRef<CounterMsg> counter;
+  long total;
+  std::promise<long>* result;
+  void receive(Go&) {
+    for (long i = 0; i < total; ++i) counter.tell(1);
+    counter.tell(Retrieve{result});
+  }
+};
+
+void counting() {
+  const long n = bench::kCountingMessages / bench::scale();
+  ActorSystem sys(config());
+  std::promise<long> result;
+  auto counter = sys.spawn<Counter>();
+  auto producer = sys.spawn<Producer>(counter, n, &result);
+  bench::Stopwatch sw;
+  producer.tell(Go{});
+  long got = result.get_future().get();
+  double s = sw.seconds();
+  if (got != n) {
+    std::fprintf(stderr, "counting: expected %ld, got %ld\n", n, got);
+    std::exit(1);
+  }
+  bench::report("counting", static_cast<double>(n) / s, "msgs/s");
+  bench::report("counting_peak_rss", static_cast<double>(bench::proc_status_kb("VmHWM")) / 1024.0, "MB");
+}
+
+// --- fan_in --------------------------------------------------------------------
+
+struct Sink : Actor<int> {
+  Sink(long n, std::promise<void>* d) : expected(n), done(d) {}
+  long expected;
+  long got = 0;
+  std::promise<void>* done;
+  void receive(int&) {
+    if (++got == expected) done->set_value();
+  }
+};
+
+struct Sender : Actor<Go> {
+  Sender(ActorRef<int> s, long n) : sink(std::move(s)), count(n) {}
+  ActorRef<int> sink;
+  long count;
+  void receive(Go&) {
+    for (long i = 0; i < count; ++i) sink.tell(static_cast<int>(i));
+  }
+};
+
+void fan_in(int senders) {
+  const long per = bench::kFanInPerSender / bench::scale();
+  ActorSystem sys(config());
+  std::promise<void> done;
+  auto sink = sys.spawn<Sink>(per * senders, &done);
+  std::vector<ActorRef<Go>> ss;
+  for (int i = 0; i < senders; ++i) ss.push_back(sys.spawn<Sender>(sink, per));
+  bench::Stopwatch sw;
+  for (auto& s : ss) s.tell(Go{});
+  done.get_future().wait();
+  double s = sw.seconds();
+  std::string name = "fan_in_" + std::to_string(senders);
+  bench::report(name.c_str(), static_cast<double>(per * senders) / s, "msgs/s");
+}
+
+// --- skynet --------------------------------------------------------------------
+
+struct SkynetRoot : Actor<long> {
+  explicit SkynetRoot(std::promise<long>* r) : result(r) {}
+  std::promise<long>* result;
+  void receive(long& sum) { result->set_value(sum); }
+};
+
+struct Skynet : Actor<long> {
+  Skynet(ActorRef<long> p, long num, long size) : parent(std::move(p)), num(num), size(size) {}
+  ActorRef<long> parent;
+  long num;
+  long size;
+  long sum = 0;
+  int pending = 10;
+  void on_start() {
+    if (size == 1) {
+      parent.tell(num);
+      stop();
+      return;
+    }
+    long child = size / 10;
+    for (long i = 0; i < 10; ++i) spawn<Skynet>(self(), num + i * child, child);
+  }
+  void receive(long& v) {
+    sum += v;
+    if (--pending == 0) {
+      parent.tell(sum);
+      stop();
+    }
+  }
+};
+
+void skynet() {
+  long leaves = bench::kSkynetLeaves;
+  for (long s = bench::scale(); s >= 10; s /= 10) leaves /= 10;
+  ActorSystem sys(config());
+  std::promise<long> result;
+  auto root = sys.spawn<SkynetRoot>(&result);
+  bench::Stopwatch sw;
+  sys.spawn<Skynet>(ActorRef<long>(root), 0L, leaves);
+  long sum = result.get_future().get();
+  double s = sw.seconds();
+  long expect = leaves * (leaves - 1) / 2;
+  if (sum != expect) {
+    std::fprintf(stderr, "skynet: expected %ld, got %ld\n", expect, sum);
+    std::exit(1);
+  }
+  bench::report("skynet", s * 1e3, "ms");
+}
+
+// --- thread_ring ---------------------------------------------------------------
+
+struct RingSetup;
+using RingNodeMsg = std::variant<RingSetup, long>;  // setup (next node), then the token
+struct RingSetup {
+  ActorRef<RingNodeMsg> next;
+};
+
+struct Ring : Actor<RingNodeMsg> {
+  explicit Ring(std::promise<void>* d) : done(d) {}
+  ActorRef<RingNodeMsg> next;
+  std::promise<void>* done;
+  void receive(RingNodeMsg& m) {
+    if (auto* t = std::get_if<long>(&m)) {
+      if (*t == 0) {
+        done->set_value();
+      } else {
+        next.tell(*t - 1);
+      }
+    } else {
+      next = std::move(std::get<RingSetup>(m).next);
+    }
+  }
+};
+
+void thread_ring() {
+  const long hops = bench::kRingHops / bench::scale();
+  ActorSystem sys(config());
+  std::promise<void> done;
+  std::vector<ActorRef<RingNodeMsg>> ring;
+  for (int i = 0; i < bench::kRingSize; ++i) ring.push_back(sys.spawn<Ring>(&done));
+  for (int i = 0; i < bench::kRingSize; ++i) ring[i].tell(RingSetup{ring[(i + 1) % bench::kRingSize]});
+  sys.wait_idle();
+  bench::Stopwatch sw;
+  ring[0].tell(hops);
+  done.get_future().wait();
+  double s = sw.seconds();
+  bench::report("thread_ring", static_cast<double>(hops) / s, "hops/s");
+}
+
+// --- ask -----------------------------------------------------------------------
+
+struct Request {
+  ReplyTo<long> reply;
+  long value;
+};
+
+struct Server : Actor<Request> {
+  void receive(Request& r) { r.reply(r.value + 1); }
+};
+
+struct Client : Actor<Go> {
+  Client(ActorRef<Request> s, long n, std::promise<void>* d) : server(std::move(s)), total(n), done(d) {}
+  ActorRef<Request> server;
+  long total;
+  long sent = 0;
+  std::promise<void>* done;
+  void receive(Go&) { next(); }
+  void next() {
+    long v = sent++;
+    ask<long>(
+        server, [v](ReplyTo<long> r) { return Request{std::move(r), v}; }, std::chrono::seconds(10),
+        [this, v](troupe::Result<long> r) {
+          if (!r || *r != v + 1) {
+            std::fprintf(stderr, "ask: bad reply\n");
+            std::exit(1);
+          }
+          if (sent == total) {
+            done->set_value();
+          } else {
+            next();
+          }
+        });
+  }
+};
+
+void ask_bench() {
+  const long n = bench::kAskPairs / bench::scale();
+  ActorSystem sys(config());
+  std::promise<void> done;
+  auto server = sys.spawn<Server>();
+  auto client = sys.spawn<Client>(server, n, &done);
+  bench::Stopwatch sw;
+  client.tell(Go{});
+  done.get_future().wait();
+  double s = sw.seconds();
+  bench::report("ask", static_cast<double>(n) / s, "pairs/s");
+}
+
+// --- idle_memory ---------------------------------------------------------------
+
+struct Idle : Actor<int> {
+  int state = 0;
+  void receive(int& v) { state += v; }
+};
+
+void idle_memory() {
+  const long n = bench::kIdleActors / bench::scale();
+  ActorSystem sys(config());
+  std::vector<ActorRef<int>> refs;
+  refs.reserve(static_cast<std::size_t>(n));
+  sys.wait_idle();
+  long before = bench::proc_status_kb("VmRSS");
+  for (long i = 0; i < n; ++i) refs.push_back(sys.spawn<Idle>());
+  sys.wait_idle();
+  long after = bench::proc_status_kb("VmRSS");
+  bench::report("idle_memory", static_cast<double>(after - before) * 1024.0 / static_cast<double>(n),
+                "bytes/actor");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_troupe <workload>\n");
+    return 2;
+  }
+  std::string w = argv[1];
+  if (w == "ping_pong") {
+    ping_pong();
+  } else if (w == "counting") {
+    counting();
+  } else if (w == "fan_in_4") {
+    fan_in(4);
+  } else if (w == "fan_in_16") {
+    fan_in(16);
+  } else if (w == "skynet") {
+    skynet();
+  } else if (w == "thread_ring") {
+    thread_ring();
+  } else if (w == "ask") {
+    ask_bench();
+  } else if (w == "idle_memory") {
+    idle_memory();
+  } else {
+    std::fprintf(stderr, "bench_troupe: unknown workload '%s'\n", w.c_str());
+    return 2;
+  }
+  return 0;
+}
