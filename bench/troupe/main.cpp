@@ -165,7 +165,7 @@ struct SkynetRoot : Actor<long> {
 };
 
 struct Skynet : Actor<long> {
-  Skynet(ActorRef<long> p, long num, long size) : parent(std::move(p)), num(num), size(size) {}
+  Skynet(ActorRef<long> p, long first, long count) : parent(std::move(p)), num(first), size(count) {}
   ActorRef<long> parent;
   long num;
   long size;

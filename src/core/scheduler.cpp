@@ -94,15 +94,9 @@ void Scheduler::notify_if_needed() noexcept {
 }
 
 void Scheduler::push_local(Worker& w, CellBase* c) noexcept {
-  c->sched_next_ = nullptr;
   {
     std::lock_guard lk(w.mu);
-    if (w.q_tail) {
-      w.q_tail->sched_next_ = c;
-    } else {
-      w.q_head = c;
-    }
-    w.q_tail = c;
+    w.queue.push(c);
   }
   w.q_size.fetch_add(1, std::memory_order_seq_cst);
 }
@@ -110,11 +104,8 @@ void Scheduler::push_local(Worker& w, CellBase* c) noexcept {
 CellBase* Scheduler::pop_local(Worker& w) noexcept {
   if (w.q_size.load(std::memory_order_relaxed) == 0) return nullptr;
   std::lock_guard lk(w.mu);
-  CellBase* c = w.q_head;
-  if (!c) return nullptr;
-  w.q_head = c->sched_next_;
-  if (!w.q_head) w.q_tail = nullptr;
-  w.q_size.fetch_sub(1, std::memory_order_relaxed);
+  CellBase* c = w.queue.pop();
+  if (c) w.q_size.fetch_sub(1, std::memory_order_relaxed);
   return c;
 }
 
@@ -122,58 +113,35 @@ CellBase* Scheduler::pop_local(Worker& w) noexcept {
 // into the thief's own queue.
 CellBase* Scheduler::steal_from(Worker& victim, Worker& thief) noexcept {
   if (victim.q_size.load(std::memory_order_relaxed) == 0) return nullptr;
-  CellBase* first = nullptr;
-  CellBase* rest_head = nullptr;
-  CellBase* rest_tail = nullptr;
-  std::size_t taken = 0;
+  CellQueue taken;
+  std::size_t n = 0;
   {
     std::unique_lock lk(victim.mu, std::try_to_lock);
     if (!lk.owns_lock()) return nullptr;
-    std::size_t n = victim.q_size.load(std::memory_order_relaxed);
-    std::size_t want = std::min<std::size_t>(32, (n + 1) / 2);
-    while (taken < want && victim.q_head) {
-      CellBase* c = victim.q_head;
-      victim.q_head = c->sched_next_;
-      c->sched_next_ = nullptr;
-      if (!first) {
-        first = c;
-      } else if (rest_tail) {
-        rest_tail->sched_next_ = c;
-        rest_tail = c;
-      } else {
-        rest_head = rest_tail = c;
-      }
-      ++taken;
+    std::size_t want = std::min<std::size_t>(32, (victim.q_size.load(std::memory_order_relaxed) + 1) / 2);
+    while (n < want) {
+      CellBase* c = victim.queue.pop();
+      if (!c) break;
+      taken.push(c);
+      ++n;
     }
-    if (!victim.q_head) victim.q_tail = nullptr;
-    victim.q_size.fetch_sub(taken, std::memory_order_relaxed);
+    victim.q_size.fetch_sub(n, std::memory_order_relaxed);
   }
-  if (rest_head) {
-    std::size_t moved = taken - 1;
+  CellBase* first = taken.pop();
+  if (taken.head) {
     {
       std::lock_guard lk(thief.mu);
-      if (thief.q_tail) {
-        thief.q_tail->sched_next_ = rest_head;
-      } else {
-        thief.q_head = rest_head;
-      }
-      thief.q_tail = rest_tail;
+      thief.queue.append(taken.head, taken.tail);
     }
-    thief.q_size.fetch_add(moved, std::memory_order_seq_cst);
+    thief.q_size.fetch_add(n - 1, std::memory_order_seq_cst);
   }
   return first;
 }
 
 void Scheduler::push_global(CellBase* c) noexcept {
-  c->sched_next_ = nullptr;
   {
     std::lock_guard lk(global_mu_);
-    if (g_tail_) {
-      g_tail_->sched_next_ = c;
-    } else {
-      g_head_ = c;
-    }
-    g_tail_ = c;
+    global_.push(c);
   }
   g_size_.fetch_add(1, std::memory_order_seq_cst);
 }
@@ -181,11 +149,8 @@ void Scheduler::push_global(CellBase* c) noexcept {
 CellBase* Scheduler::pop_global() noexcept {
   if (g_size_.load(std::memory_order_relaxed) == 0) return nullptr;
   std::lock_guard lk(global_mu_);
-  CellBase* c = g_head_;
-  if (!c) return nullptr;
-  g_head_ = c->sched_next_;
-  if (!g_head_) g_tail_ = nullptr;
-  g_size_.fetch_sub(1, std::memory_order_relaxed);
+  CellBase* c = global_.pop();
+  if (c) g_size_.fetch_sub(1, std::memory_order_relaxed);
   return c;
 }
 

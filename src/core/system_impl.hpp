@@ -18,6 +18,39 @@ namespace troupe::detail {
 
 class SystemImpl;
 
+// A FIFO of cells linked through CellBase::sched_next_; not synchronised.
+struct CellQueue {
+  CellBase* head = nullptr;
+  CellBase* tail = nullptr;
+
+  void push(CellBase* c) noexcept {
+    c->sched_next_ = nullptr;
+    if (tail) {
+      tail->sched_next_ = c;
+    } else {
+      head = c;
+    }
+    tail = c;
+  }
+  CellBase* pop() noexcept {
+    CellBase* c = head;
+    if (!c) return nullptr;
+    head = c->sched_next_;
+    if (!head) tail = nullptr;
+    c->sched_next_ = nullptr;
+    return c;
+  }
+  // Appends the chain first..last (already linked, last->sched_next_ null).
+  void append(CellBase* first, CellBase* last) noexcept {
+    if (tail) {
+      tail->sched_next_ = first;
+    } else {
+      head = first;
+    }
+    tail = last;
+  }
+};
+
 // Work-stealing scheduler over cells.
 //
 // Each worker owns a `next` slot (the actor just made runnable by the actor it
@@ -50,8 +83,7 @@ class Scheduler {
     std::atomic<CellBase*> next{nullptr};
     std::atomic<std::uint64_t> next_seq{0};
     alignas(64) std::mutex mu;
-    CellBase* q_head = nullptr;
-    CellBase* q_tail = nullptr;
+    CellQueue queue;  // under mu
     std::atomic<std::size_t> q_size{0};
     // owner-only
     std::uint32_t lifo_streak = 0;
@@ -76,8 +108,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Worker>> workers_;
 
   alignas(64) std::mutex global_mu_;
-  CellBase* g_head_ = nullptr;
-  CellBase* g_tail_ = nullptr;
+  CellQueue global_;  // under global_mu_
   std::atomic<std::size_t> g_size_{0};
 
   alignas(64) std::atomic<int> searching_{0};

@@ -107,7 +107,7 @@ struct TimerSlot {
 // Per-actor state an actor only pays for when it uses it. Owned by the cell.
 // All fields except `children_mu`/`children` and the bounded counter are
 // touched only by the actor's own activations.
-struct Extras {
+struct Extras : Pooled {
   std::string name;
 
   // bounded mailbox: set before the cell is published, read by senders
