@@ -1,5 +1,6 @@
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <typeinfo>
 
 #include "system_impl.hpp"
@@ -11,6 +12,11 @@ namespace {
 
 // Exit reason, stored in the state word once terminated (bits 8..9).
 constexpr std::uint16_t kReasonShift = 8;
+constexpr std::uint16_t kReasonMask = 3u << kReasonShift;
+
+std::uint16_t reason_bits(ExitReason r) {
+  return static_cast<std::uint16_t>(static_cast<std::uint16_t>(r) << kReasonShift);
+}
 
 std::string what_of(const std::exception_ptr& ep) {
   try {
@@ -22,11 +28,6 @@ std::string what_of(const std::exception_ptr& ep) {
   }
 }
 
-struct StartEnvelope final : SysEnvelope<StartEnvelope> {
-  void run(CellBase& c);
-  void drop(CellBase&) { delete this; }
-};
-
 }  // namespace
 
 struct StopEnvelope final : SysEnvelope<StopEnvelope> {
@@ -34,40 +35,47 @@ struct StopEnvelope final : SysEnvelope<StopEnvelope> {
   void run(CellBase& c) {
     ExitReason r = reason;
     delete this;
-    c.state_ = static_cast<std::uint16_t>(c.state_ | CellBase::kStopRequested |
-                                          (static_cast<std::uint16_t>(r) << kReasonShift));
+    if (c.state_ & CellBase::kStopRequested) return;  // an earlier stop decides the reason
+    c.state_ = static_cast<std::uint16_t>((c.state_ & ~kReasonMask) | CellBase::kStopRequested | reason_bits(r));
   }
   void drop(CellBase&) { delete this; }
   ExitReason reason;
 };
 
-// Fires when a restart back-off ends: reschedules the suspended cell.
+// Ends a restart back-off, in the actor's own activation.
+struct RestartEnvelope final : SysEnvelope<RestartEnvelope> {
+  void run(CellBase& c) {
+    delete this;
+    c.restart_now();
+  }
+  void drop(CellBase&) { delete this; }
+};
+
+namespace {
+
+// Fires when a restart back-off ends. It only enqueues a RestartEnvelope:
+// the mailbox protocol alone decides who runs the actor, so the fire can
+// never start a second activation.
 class RestartNode final : public TimerService::Node {
  public:
   explicit RestartNode(CellBase* c) : cell_(c) {}
 
  private:
   void fire() noexcept override {
-    SystemImpl& s = cell_->system();
-    bool external = !s.scheduler.on_worker_thread();
-    if (external) s.external_inflight.fetch_add(1, std::memory_order_seq_cst);
-    s.scheduler.schedule(cell_.get());
-    if (external) s.external_inflight.fetch_sub(1, std::memory_order_seq_cst);
+    auto* e = new (std::nothrow) RestartEnvelope();
+    if (e && cell_->push_system(e) != Delivery::delivered) delete e;
   }
   CellRef cell_;
 };
 
-namespace {
-void StartEnvelope::run(CellBase& c) {
-  std::unique_ptr<StartEnvelope> self(this);
-  c.start_incarnation();
-}
 }  // namespace
 
 Extras::~Extras() {
   for (auto& s : timers) s.node->release();
   if (rt_node) rt_node->release();
+  if (restart_node) restart_node->release();
   if (behavior && behavior_deleter) behavior_deleter(behavior);
+  for (auto& [b, d] : retired) d(b);
   for (auto* c : watching) c->release();
 }
 
@@ -76,41 +84,54 @@ CellBase::CellBase(SystemImpl* sys, CellBase* parent, std::uint16_t opts) noexce
   sys->cell_created();
 }
 
+// A cell is freed only after terminate() or abandon() emptied and closed its
+// mailbox (a live cell is always held by its parent link), so nothing is
+// left to drain here, where the derived parts are already gone.
 CellBase::~CellBase() {
-  // Anything still queued (a cell that never ran, or freed after close).
-  Envelope* h = head_.load(std::memory_order_acquire);
-  if (h != kIdle && h != kClosed) drain_dead(h);
-  if (cache_) drain_dead(cache_);
-  if (extras_) {
-    if (extras_->stash_head) drain_dead(extras_->stash_head);
-    delete extras_;
-  }
+  delete extras_.load(std::memory_order_relaxed);
   system_->cell_freed();
 }
 
 Extras& CellBase::extras() {
-  if (!extras_) extras_ = new Extras();
-  return *extras_;
+  Extras* x = extras_.load(std::memory_order_relaxed);
+  if (!x) {
+    x = new Extras();
+    extras_.store(x, std::memory_order_release);
+  }
+  return *x;
 }
 
 const std::string& CellBase::name() const noexcept {
   static const std::string empty;
-  return extras_ ? extras_->name : empty;
+  auto* x = extras_if();
+  return x ? x->name : empty;
 }
 
 TimePoint CellBase::now() const noexcept { return system_->clock->now(); }
 
 void CellBase::note_activity_slow() {
-  if (extras_) extras_->last_activity = now();
+  if (auto* x = extras_if()) x->last_activity = now();
+}
+
+ExitReason CellBase::exit_reason() const noexcept {
+  return static_cast<ExitReason>((state_ & kReasonMask) >> kReasonShift);
+}
+
+const std::string& CellBase::exit_detail() const noexcept {
+  static const std::string empty;
+  auto* x = extras_if();
+  return x ? x->stop_detail : empty;
 }
 
 // --- mailbox -----------------------------------------------------------------
 
 Delivery CellBase::push_system(Envelope* e) noexcept {
-  if (head_.load(std::memory_order_acquire) == kClosed) return Delivery::dead_letter;
+  // Acquire on every read of head_: a sender that sees kClosed may read what
+  // terminate() wrote before closing (exit reason and detail, for watch).
+  Envelope* old = head_.load(std::memory_order_acquire);
+  if (old == kClosed) return Delivery::dead_letter;
   bool external = !system_->scheduler.on_worker_thread();
   if (external) system_->external_inflight.fetch_add(1, std::memory_order_seq_cst);
-  Envelope* old = head_.load(std::memory_order_relaxed);
   Delivery d = Delivery::delivered;
   for (;;) {
     if (old == kClosed) {
@@ -118,7 +139,7 @@ Delivery CellBase::push_system(Envelope* e) noexcept {
       break;
     }
     e->next = (old == kIdle) ? nullptr : old;
-    if (head_.compare_exchange_weak(old, e, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+    if (head_.compare_exchange_weak(old, e, std::memory_order_acq_rel, std::memory_order_acquire)) {
       if (old == kIdle) system_->scheduler.schedule(this);
       break;
     }
@@ -134,13 +155,13 @@ Delivery CellBase::push_user(Envelope* e) noexcept {
     if (!system_->scheduler.on_worker_thread()) return Delivery::dead_letter;
   }
   if (opts_ & kBounded) [[unlikely]] {
-    auto& q = extras_->queued;
-    if (q.fetch_add(1, std::memory_order_relaxed) >= extras_->capacity) {
-      q.fetch_sub(1, std::memory_order_relaxed);
+    auto& x = *extras_if();
+    if (x.queued.fetch_add(1, std::memory_order_relaxed) >= x.capacity) {
+      x.queued.fetch_sub(1, std::memory_order_relaxed);
       return Delivery::mailbox_full;
     }
     Delivery d = push_system(e);
-    if (d != Delivery::delivered) q.fetch_sub(1, std::memory_order_relaxed);
+    if (d != Delivery::delivered) x.queued.fetch_sub(1, std::memory_order_relaxed);
     return d;
   }
   return push_system(e);
@@ -159,7 +180,7 @@ bool CellBase::take_batch() noexcept {
     h = next;
   }
   cache_ = prev;
-  if ((opts_ & kBounded) && users) extras_->queued.fetch_sub(users, std::memory_order_relaxed);
+  if ((opts_ & kBounded) && users) extras_if()->queued.fetch_sub(users, std::memory_order_relaxed);
   return true;
 }
 
@@ -173,6 +194,21 @@ void CellBase::request_stop_for_shutdown() noexcept {
   if (e && push_system(e) != Delivery::delivered) delete e;
 }
 
+void CellBase::abandon() noexcept {
+  state_ = static_cast<std::uint16_t>(state_ | kTerminated);
+  Envelope* rest = head_.exchange(kClosed, std::memory_order_acq_rel);
+  if (rest != kIdle && rest != kClosed) drain_dead(rest);
+  if (cache_) {
+    drain_dead(cache_);
+    cache_ = nullptr;
+  }
+  reset_incarnation();
+  if (cache_) {
+    drain_dead(cache_);
+    cache_ = nullptr;
+  }
+}
+
 // --- activation ----------------------------------------------------------------
 
 void CellBase::start_incarnation() {
@@ -180,42 +216,36 @@ void CellBase::start_incarnation() {
   on_start_hook();
 }
 
+bool CellBase::is_control(const Envelope* e) const noexcept {
+  return e->sys == &SysEnvelope<StopEnvelope>::dispatch || e->sys == &SysEnvelope<RestartEnvelope>::dispatch;
+}
+
 Resume CellBase::resume(std::uint32_t budget) noexcept {
-  if (state_ & kSuspended) {
-    // A restart back-off ended: build the fresh object and start it first.
-    state_ = static_cast<std::uint16_t>(state_ & ~kSuspended);
-    if (!recreate()) {
-      terminate(ExitReason::failure, "restart failed: the actor could not be rebuilt");
-      return Resume::terminated;
-    }
-    auto* s = new (std::nothrow) StartEnvelope();
-    if (s) {
-      s->next = cache_;
-      cache_ = s;
-    }
-  }
+  if (state_ & kTerminated) [[unlikely]] return Resume::idle;  // defensive: never scheduled after close
   for (std::uint32_t n = 0; n < budget; ++n) {
     if (!cache_ && !take_batch()) {
+      // Last act before going idle: a suspended actor arms its restart timer
+      // now, after this activation can no longer touch the cell's state.
+      if (state_ & kSuspended) arm_restart();
       Envelope* expected = nullptr;
-      if (head_.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) {
-        return Resume::idle;
-      }
+      if (head_.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) return Resume::idle;
       take_batch();
     }
     Envelope* e = cache_;
     cache_ = e->next;
     e->next = nullptr;
+    if ((state_ & kSuspended) && !is_control(e)) [[unlikely]] {
+      defer(e);
+      continue;
+    }
     run_one(e);
-    if (state_ & (kStopRequested | kSuspended)) [[unlikely]] {
-      if (state_ & kStopRequested) {
-        auto reason = static_cast<ExitReason>((state_ >> kReasonShift) & 3);
-        terminate(reason, stop_detail_take());
-        return Resume::terminated;
-      }
-      return Resume::suspended;
+    if (state_ & kStopRequested) [[unlikely]] {
+      terminate(exit_reason());
+      return Resume::terminated;
     }
   }
   if (!cache_) {
+    if (state_ & kSuspended) arm_restart();
     Envelope* expected = nullptr;
     if (head_.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) return Resume::idle;
   }
@@ -232,118 +262,185 @@ void CellBase::run_one(Envelope* e) {
   } catch (...) {
     handle_failure(std::current_exception());
   }
+  if (auto* x = extras_.load(std::memory_order_relaxed); x && !x->retired.empty()) [[unlikely]] {
+    free_retired();
+  }
 }
 
-std::string CellBase::stop_detail_take() {
-  if (!extras_) return {};
-  return std::move(extras_->stop_detail);
+void CellBase::free_retired() noexcept {
+  auto& r = extras_.load(std::memory_order_relaxed)->retired;
+  for (auto& [b, d] : r) d(b);
+  r.clear();
+}
+
+// --- failure and restart ---------------------------------------------------------
+
+void CellBase::request_failure_stop(std::string detail) noexcept {
+  try {
+    extras().stop_detail = std::move(detail);
+  } catch (...) {
+    // out of memory: the stop still happens, without its text
+  }
+  state_ = static_cast<std::uint16_t>((state_ & ~kReasonMask) | kStopRequested | reason_bits(ExitReason::failure));
 }
 
 void CellBase::handle_failure(std::exception_ptr ep) noexcept {
   system_->failures.fetch_add(1, std::memory_order_relaxed);
   std::string what = what_of(ep);
   system_->log_failure(*this, what);
-  auto directive = extras_ ? static_cast<Supervision::Directive>(extras_->directive)
-                           : Supervision::Directive::stop;
+  auto* x = extras_if();
+  auto directive = x ? static_cast<Supervision::Directive>(x->directive) : Supervision::Directive::stop;
   if (directive == Supervision::Directive::resume) return;
-  if (directive == Supervision::Directive::restart) {
-    auto& x = *extras_;
+  // A handler that asked to stop and then threw stops: no restart.
+  if (directive == Supervision::Directive::restart && !(state_ & (kStopRequested | kSuspended))) {
     TimePoint t = now();
-    if (x.restarts_in_window == 0 || t - x.window_start > x.restart_window) {
-      x.window_start = t;
-      x.restarts_in_window = 0;
+    if (x->restarts_in_window == 0 || t - x->window_start > x->restart_window) {
+      x->window_start = t;
+      x->restarts_in_window = 0;
     }
-    if (++x.restarts_in_window <= x.max_restarts) {
+    if (++x->restarts_in_window <= x->max_restarts) {
       system_->restarts.fetch_add(1, std::memory_order_relaxed);
+      // on_stop first: anything it arms is cancelled by the reset below.
+      on_stop_hook();
       reset_incarnation();
-      double scale = std::pow(x.backoff_factor, static_cast<double>(x.restarts_in_window - 1));
-      auto min_ns = static_cast<double>(x.min_backoff.count());
-      auto delay = Duration(static_cast<Duration::rep>(
-          std::min(min_ns * scale, static_cast<double>(x.max_backoff.count()))));
+      double scale = std::pow(x->backoff_factor, static_cast<double>(x->restarts_in_window - 1));
+      double ns = static_cast<double>(x->min_backoff.count()) * scale;
+      double cap = static_cast<double>(x->max_backoff.count());
+      if (!(ns <= cap)) ns = cap;  // also catches NaN
+      if (!(ns > 0)) ns = 0;
+      Duration delay = ns >= static_cast<double>(std::numeric_limits<Duration::rep>::max())
+                           ? Duration::max()
+                           : Duration(static_cast<Duration::rep>(ns));
       if (delay <= Duration::zero()) {
-        on_stop_hook();
-        if (!recreate()) {
-          x.stop_detail = "restart failed: the actor could not be rebuilt";
-          state_ = static_cast<std::uint16_t>(state_ | kStopRequested |
-                                              (static_cast<std::uint16_t>(ExitReason::failure) << kReasonShift));
-          return;
-        }
-        auto* s = new (std::nothrow) StartEnvelope();
-        if (s) {
-          s->next = cache_;
-          cache_ = s;
-        }
+        restart_now_from_failure();
         return;
       }
-      // Destroy the broken object now; the mailbox waits for the back-off.
-      on_stop_hook();
+      // Suspend: from now on only stop/restart messages run; the rest waits
+      // in order. The timer is armed when this activation goes idle.
+      x->restart_at = deadline_after(t, delay);
       state_ = static_cast<std::uint16_t>(state_ | kSuspended);
-      auto* node = new RestartNode(this);
-      system_->timers.schedule(node, t + delay);
-      node->release();
       return;
     }
-    what = "restart limit reached (" + std::to_string(x.max_restarts) + "), last failure: " + what;
+    what = "restart limit reached (" + std::to_string(x->max_restarts) + "), last failure: " + what;
   }
-  extras().stop_detail = what;
-  state_ = static_cast<std::uint16_t>(state_ | kStopRequested |
-                                      (static_cast<std::uint16_t>(ExitReason::failure) << kReasonShift));
+  request_failure_stop(std::move(what));
 }
 
-// Drops what belonged to the failed incarnation: timers, receive timeout,
-// behaviour. Stashed messages go back to the front of the mailbox so that the
-// new incarnation sees them.
+void CellBase::restart_now_from_failure() noexcept {
+  if (!recreate()) {
+    request_failure_stop("restart failed: the actor could not be rebuilt");
+    return;
+  }
+  auto* s = new (std::nothrow) SysStart();
+  if (s) {
+    s->next = cache_;
+    cache_ = s;
+  }
+}
+
+void CellBase::arm_restart() noexcept {
+  auto& x = *extras_if();
+  if (x.restart_node) return;
+  auto* node = new (std::nothrow) RestartNode(this);
+  if (!node) return;  // out of memory: the actor stays suspended until stopped
+  x.restart_node = node;
+  system_->timers.schedule(node, x.restart_at);
+}
+
+void CellBase::restart_now() noexcept {
+  if (!(state_ & kSuspended)) return;
+  auto& x = *extras_if();
+  if (x.restart_node) {
+    system_->timers.cancel(x.restart_node);
+    x.restart_node->release();
+    x.restart_node = nullptr;
+  }
+  state_ = static_cast<std::uint16_t>(state_ & ~kSuspended);
+  // What waited during the back-off goes first, in order, after the start.
+  if (x.deferred_head) {
+    x.deferred_tail->next = cache_;
+    cache_ = x.deferred_head;
+    x.deferred_head = x.deferred_tail = nullptr;
+  }
+  restart_now_from_failure();
+}
+
+void CellBase::defer(Envelope* e) noexcept {
+  auto& x = *extras_if();
+  e->next = nullptr;
+  if (x.deferred_tail) {
+    x.deferred_tail->next = e;
+  } else {
+    x.deferred_head = e;
+  }
+  x.deferred_tail = e;
+}
+
+// Drops what belonged to the ending incarnation: timers, receive timeout,
+// behaviour. Stashed messages go back to the front of the mailbox so that a
+// new incarnation sees them (or terminate() reports them).
 void CellBase::reset_incarnation() noexcept {
-  if (!extras_) return;
-  auto& x = *extras_;
-  for (auto& s : x.timers) {
+  auto* x = extras_if();
+  if (!x) return;
+  for (auto& s : x->timers) {
     system_->timers.cancel(s.node);
     s.node->release();
   }
-  x.timers.clear();
-  ++x.timer_gen;
-  if (x.rt_node) {
-    system_->timers.cancel(x.rt_node);
-    x.rt_node->release();
-    x.rt_node = nullptr;
+  x->timers.clear();
+  ++x->timer_gen;
+  if (x->rt_node) {
+    system_->timers.cancel(x->rt_node);
+    x->rt_node->release();
+    x->rt_node = nullptr;
   }
-  ++x.rt_gen;
+  ++x->rt_gen;
   state_ = static_cast<std::uint16_t>(state_ & ~(kReceiveTimeout | kStarted));
   set_behavior(nullptr, nullptr);
   unstash_all();
 }
 
-void CellBase::terminate(ExitReason reason, const std::string& detail) noexcept {
-  state_ = static_cast<std::uint16_t>((state_ & ~(3u << kReasonShift)) | kTerminated |
-                                      (static_cast<std::uint16_t>(reason) << kReasonShift));
+// --- termination -----------------------------------------------------------------
+
+void CellBase::terminate(ExitReason reason) noexcept {
+  state_ = static_cast<std::uint16_t>((state_ & ~kReasonMask) | kTerminated | reason_bits(reason));
+  on_stop_hook();  // timers it tries to arm are refused (terminated)
   reset_incarnation();
-  on_stop_hook();
-  set_behavior(nullptr, nullptr);
-  // Close the mailbox: from here every push fails (dead letter).
+  auto* x = extras_if();
+  if (x && x->restart_node) {
+    system_->timers.cancel(x->restart_node);
+    x->restart_node->release();
+    x->restart_node = nullptr;
+  }
+  // Close the mailbox: from here every push fails (dead letter). Everything
+  // written above is visible to a sender that sees kClosed.
   Envelope* rest = head_.exchange(kClosed, std::memory_order_acq_rel);
-  if (rest != kIdle && rest) drain_dead(rest);
+  if (rest != kIdle && rest != kClosed) drain_dead(rest);
   if (cache_) {
     drain_dead(cache_);
     cache_ = nullptr;
   }
-  if (extras_) {
-    auto& x = *extras_;
-    if (x.stash_head) {
-      drain_dead(x.stash_head);
-      x.stash_head = x.stash_tail = nullptr;
-      x.stash_size = 0;
+  if (x) {
+    if (x->deferred_head) {
+      drain_dead(x->deferred_head);
+      x->deferred_head = x->deferred_tail = nullptr;
     }
-    for (auto& w : x.watchers) w->notify(*this, reason, detail);
-    x.watchers.clear();
-    for (auto* c : x.watching) c->release();
-    x.watching.clear();
-    std::lock_guard lk(x.children_mu);
-    for (CellBase* c = x.children; c; c = c->sib_next_) {
+    for (auto& w : x->watchers) w->notify(*this, reason, x->stop_detail);
+    x->watchers.clear();
+    // Tell whom we watched to forget us, or our notifiers would pin this
+    // cell for as long as they live.
+    for (auto* c : x->watching) {
+      auto* u = new (std::nothrow) UnwatchEnvelope(this);
+      if (u && c->push_system(u) != Delivery::delivered) delete u;
+      c->release();
+    }
+    x->watching.clear();
+    std::lock_guard lk(x->children_mu);
+    for (CellBase* c = x->children; c; c = c->sib_next_) {
       reason == ExitReason::shutdown ? c->request_stop_for_shutdown() : c->request_stop();
     }
   }
   if (parent_) {
-    auto& px = *parent_->extras_;
+    auto& px = *parent_->extras_if();
     {
       std::lock_guard lk(px.children_mu);
       if (sib_prev_) {
@@ -360,16 +457,12 @@ void CellBase::terminate(ExitReason reason, const std::string& detail) noexcept 
   }
 }
 
-ExitReason CellBase::exit_reason() const noexcept {
-  return static_cast<ExitReason>((state_ >> kReasonShift) & 3);
-}
-
 void CellBase::drain_dead(Envelope* list) noexcept {
   while (list) {
     Envelope* next = list->next;
     list->next = nullptr;
     if (!list->sys) {
-      count_dead_letter(nullptr);
+      count_dead_letter(message_type_name());
       destroy_user(list);
     } else {
       list->sys(list, this, SysOp::drop);
@@ -378,8 +471,8 @@ void CellBase::drain_dead(Envelope* list) noexcept {
   }
 }
 
-void CellBase::count_dead_letter(const char* what) noexcept {
-  system_->on_dead_letter(*this, what ? what : type_name());
+void CellBase::count_dead_letter(const char* mangled_type) noexcept {
+  system_->on_dead_letter(*this, mangled_type);
 }
 
 // --- stash, children, watch ----------------------------------------------------
@@ -401,18 +494,31 @@ Result<void> CellBase::stash_envelope(Envelope* e) {
   return {};
 }
 
-void CellBase::unstash_all() noexcept {
-  if (!extras_ || !extras_->stash_head) return;
-  auto& x = *extras_;
-  x.stash_tail->next = cache_;
-  cache_ = x.stash_head;
-  x.stash_head = x.stash_tail = nullptr;
-  x.stash_size = 0;
+bool CellBase::unstash_last(Envelope* e) noexcept {
+  auto* x = extras_if();
+  if (!x || x->stash_tail != e) return false;
+  if (x->stash_head == e) {
+    x->stash_head = x->stash_tail = nullptr;
+  } else {
+    Envelope* p = x->stash_head;
+    while (p->next != e) p = p->next;
+    p->next = nullptr;
+    x->stash_tail = p;
+  }
+  --x->stash_size;
+  return true;
 }
 
-void CellBase::link_child(CellBase* child) {
-  auto& x = extras();
-  std::lock_guard lk(x.children_mu);
+void CellBase::unstash_all() noexcept {
+  auto* x = extras_if();
+  if (!x || !x->stash_head) return;
+  x->stash_tail->next = cache_;
+  cache_ = x->stash_head;
+  x->stash_head = x->stash_tail = nullptr;
+  x->stash_size = 0;
+}
+
+void CellBase::link_child_locked(Extras& x, CellBase* child) noexcept {
   child->sib_prev_ = nullptr;
   child->sib_next_ = x.children;
   if (x.children) x.children->sib_prev_ = child;
@@ -423,16 +529,21 @@ void CellBase::link_child(CellBase* child) {
 void CellBase::add_watcher(std::unique_ptr<DownNotifier> n) { extras().watchers.push_back(std::move(n)); }
 
 void CellBase::set_behavior(void* b, void (*deleter)(void*)) noexcept {
-  if (!b && !extras_) return;
-  auto& x = extras();
-  if (x.behavior && x.behavior_deleter) x.behavior_deleter(x.behavior);
-  x.behavior = b;
-  x.behavior_deleter = deleter;
+  auto* x = extras_if();
+  if (!b && (!x || !x->behavior)) return;
+  try {
+    auto& ex = extras();
+    if (ex.behavior && ex.behavior_deleter) ex.retired.emplace_back(ex.behavior, ex.behavior_deleter);
+    ex.behavior = b;
+    ex.behavior_deleter = deleter;
+  } catch (...) {
+    if (b && deleter) deleter(b);  // out of memory: keep the old behaviour
+  }
 }
 
 void WatchEnvelope::drop(CellBase& c) {
   std::unique_ptr<WatchEnvelope> self(this);
-  notifier->notify(c, c.exit_reason(), "");
+  notifier->notify(c, c.exit_reason(), c.exit_detail());
 }
 
 void UnwatchEnvelope::run(CellBase& c) {

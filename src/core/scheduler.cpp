@@ -243,7 +243,6 @@ void Scheduler::park(Worker&) {
 void Scheduler::run(Worker& w, CellBase* c) noexcept {
   switch (c->resume(throughput_)) {
     case Resume::idle:
-    case Resume::suspended:
       break;
     case Resume::more:
       push_local(w, c);

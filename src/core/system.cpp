@@ -56,25 +56,38 @@ std::uint16_t extras_opts_and_apply(CellBase* cell, const SpawnOptions& o) {
   return 0;
 }
 
+void system_hold(SystemImpl& s) noexcept { s.cell_created(); }
+void system_release(SystemImpl& s) noexcept { s.cell_freed(); }
+
+// Links the new cell under its parent and starts it, all under the parent's
+// children lock, so that shutdown (which stops the root's children under the
+// same lock) either sees the child or refuses it — never misses it.
 bool start_cell(SystemImpl& s, CellBase* cell, CellBase* parent) {
-  if (parent == s.root) {
-    auto& rx = *parent->extras_if();
-    std::unique_lock lk(rx.children_mu);
-    if (s.root_closed) {
-      lk.unlock();
-      cell->release();
-      return false;
+  auto* start = new SysStart();
+  bool refused = false;
+  {
+    auto& px = parent->extras();
+    std::lock_guard lk(px.children_mu);
+    refused = (parent == s.root && s.root_closed) ||
+              (s.closing.load(std::memory_order_acquire) && !s.scheduler.on_worker_thread());
+    if (!refused) {
+      parent->link_child_locked(px, cell);
+      s.spawned.fetch_add(1, std::memory_order_relaxed);
+      s.live.fetch_add(1, std::memory_order_relaxed);
+      cell->prime_start(start);  // before anything its constructor queued
     }
-    lk.unlock();
   }
-  if (s.closing.load(std::memory_order_acquire) && !s.scheduler.on_worker_thread()) {
+  if (refused) {
+    delete start;
+    cell->abandon();
     cell->release();
     return false;
   }
-  parent->link_child(cell);
-  s.spawned.fetch_add(1, std::memory_order_relaxed);
-  s.live.fetch_add(1, std::memory_order_relaxed);
-  s.push_start(cell);
+  // Born "scheduled": this is the one schedule() of its first activation.
+  bool external = !s.scheduler.on_worker_thread();
+  if (external) s.external_inflight.fetch_add(1, std::memory_order_seq_cst);
+  s.scheduler.schedule(cell);
+  if (external) s.external_inflight.fetch_sub(1, std::memory_order_seq_cst);
   return true;
 }
 
@@ -115,8 +128,8 @@ void SystemImpl::shutdown() {
       root_closed = true;
       for (CellBase* c = rx.children; c; c = c->sib_next_) c->request_stop_for_shutdown();
     }
-    // 3. Wait for them, bounded: a handler that never returns cannot be
-    // preempted, and must not hang the process forever.
+    // 3. Wait for them, bounded. (A handler that never returns cannot be
+    // preempted: joining its worker below then waits for it.)
     {
       std::unique_lock lk(live_mu);
       bool all = live_cv.wait_for(lk, drain, [&] { return live.load() == 0; });
@@ -148,18 +161,6 @@ bool SystemImpl::wait_idle(Duration timeout) {
   }
 }
 
-void SystemImpl::push_start(CellBase* cell) {
-  struct Start final : SysEnvelope<Start> {
-    void run(CellBase& c) {
-      delete this;
-      c.start_incarnation();
-    }
-    void drop(CellBase&) { delete this; }
-  };
-  auto* e = new Start();
-  if (cell->push_system(e) != Delivery::delivered) delete e;
-}
-
 void SystemImpl::on_terminated(CellBase* c) noexcept {
   c->release();  // the parent link's reference
   if (live.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -170,6 +171,9 @@ void SystemImpl::on_terminated(CellBase* c) noexcept {
 
 void SystemImpl::on_dead_letter(const CellBase& recipient, const char* mangled_type) noexcept {
   auto n = dead_letters.fetch_add(1, std::memory_order_relaxed) + 1;
+  // Once the ActorSystem is gone, refs that outlive it are only counted: the
+  // user's callback may capture what no longer exists.
+  if (!owner_alive.load(std::memory_order_acquire)) return;
   bool log = config.log_dead_letters && (n <= 10 || n % 1000 == 0);
   if (!log && !config.on_dead_letter) return;
   try {
@@ -204,6 +208,7 @@ ActorSystem::ActorSystem(SystemConfig config) : impl_(new detail::SystemImpl(std
 ActorSystem::~ActorSystem() {
   impl_->shutdown();
   detail::SystemImpl* s = impl_.release();
+  s->owner_alive.store(false, std::memory_order_release);
   detail::CellBase* root = s->root;
   s->root = nullptr;
   root->release();

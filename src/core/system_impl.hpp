@@ -18,6 +18,15 @@ namespace troupe::detail {
 
 class SystemImpl;
 
+// The first message of every actor: runs on_start.
+struct SysStart final : SysEnvelope<SysStart> {
+  void run(CellBase& c) {
+    delete this;
+    c.start_incarnation();
+  }
+  void drop(CellBase&) { delete this; }
+};
+
 // A FIFO of cells linked through CellBase::sched_next_; not synchronised.
 struct CellQueue {
   CellBase* head = nullptr;
@@ -130,6 +139,7 @@ class RootCell final : public CellBase {
  protected:
   void invoke_user(Envelope* e) override { destroy_user(e); }
   void destroy_user(Envelope*) noexcept override {}
+  const char* message_type_name() const noexcept override { return "none"; }
   void on_start_hook() override {}
   void on_stop_hook() noexcept override {}
   bool recreate() noexcept override { return false; }
@@ -143,7 +153,6 @@ class SystemImpl {
 
   void start();
   void shutdown();
-  void push_start(CellBase* cell);
 
   // The impl lives while the ActorSystem or any cell does: a ref that
   // outlives the system still finds counters and a closed mailbox.
@@ -163,6 +172,7 @@ class SystemImpl {
   CellBase* root = nullptr;  // one reference, released in the destructor
 
   std::atomic<bool> closing{false};
+  std::atomic<bool> owner_alive{true};
   bool root_closed = false;  // under root's children_mu
   std::atomic<std::int64_t> external_inflight{0};
 

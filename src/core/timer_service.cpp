@@ -36,11 +36,11 @@ void TimerService::stop() {
   for (auto* n : rest) n->release();
 }
 
-void TimerService::schedule(Node* n, TimePoint deadline) {
+bool TimerService::schedule(Node* n, TimePoint deadline) {
   bool wake = false;
   {
     std::lock_guard lk(mu_);
-    if (stopping_) return;
+    if (stopping_) return false;
     if (n->heap_index_ != Node::kNotQueued) {
       remove_at(n->heap_index_);
     } else {
@@ -58,6 +58,7 @@ void TimerService::schedule(Node* n, TimePoint deadline) {
     if (wake) sleeping_until_ = deadline;
   }
   if (wake) cv_.notify_one();
+  return true;
 }
 
 bool TimerService::cancel(Node* n) noexcept {

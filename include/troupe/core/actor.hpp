@@ -126,6 +126,10 @@ struct Down {
 
 namespace detail {
 
+void system_hold(SystemImpl& s) noexcept;
+void system_release(SystemImpl& s) noexcept;
+TimerService& timers_of(SystemImpl& s) noexcept;
+
 template <class R>
 class AskBase : public TimerService::Node {
  public:
@@ -134,16 +138,25 @@ class AskBase : public TimerService::Node {
   void complete(Result<R>&& r) noexcept {
     if (done_.exchange(true, std::memory_order_acq_rel)) return;
     result_.emplace(std::move(r));
-    if (timers_) timers_->cancel(this);
+    if (sys_) timers_of(*sys_).cancel(this);
     deliver();
   }
-  void arm(TimerService& t, TimePoint deadline) {
-    timers_ = &t;
-    t.schedule(this, deadline);
+  // Arms the timeout. The ask keeps the system's state alive until it is
+  // freed, so a reply from a thread outside the system, even after the
+  // system is gone, finds a valid timer queue.
+  void arm(SystemImpl& s, TimePoint deadline) {
+    sys_ = &s;
+    system_hold(s);
+    if (!timers_of(s).schedule(this, deadline)) {
+      complete(Error(ErrorCode::shutting_down, "the actor system is shutting down"));
+    }
   }
   bool done() const noexcept { return done_.load(std::memory_order_acquire); }
 
  protected:
+  ~AskBase() override {
+    if (sys_) system_release(*sys_);
+  }
   virtual void deliver() noexcept = 0;
   void fire() noexcept override {
     complete(Error(ErrorCode::timeout, "no reply within the ask timeout"));
@@ -152,7 +165,7 @@ class AskBase : public TimerService::Node {
 
  private:
   std::atomic<bool> done_{false};
-  TimerService* timers_ = nullptr;
+  SystemImpl* sys_ = nullptr;
 };
 
 }  // namespace detail
@@ -288,9 +301,18 @@ class TypedCell : public CellBase {
     CurrentMessage saved = t_current;
     t_current = {nullptr, &m, false};
     struct Restore {
+      TypedCell* cell;
       CurrentMessage s;
-      ~Restore() { t_current = s; }
-    } restore{saved};
+      int unwinding = std::uncaught_exceptions();
+      ~Restore() {
+        // A handler that stashed its message and then threw: the failing
+        // message is dropped, as any failing message is.
+        if (t_current.kept && std::uncaught_exceptions() > unwinding && cell->unstash_last(t_current.env)) {
+          delete static_cast<MsgEnvelope<Msg>*>(t_current.env);
+        }
+        t_current = s;
+      }
+    } restore{this, saved};
     note_activity();
     dispatch(m);
   }
@@ -327,17 +349,21 @@ class TypedCell : public CellBase {
     CurrentMessage saved = t_current;
     t_current = {e, &me->msg, false};
     struct Guard {
+      TypedCell* cell;
       MsgEnvelope<Msg>* me;
       CurrentMessage saved;
+      int unwinding = std::uncaught_exceptions();
       ~Guard() {
-        if (!t_current.kept) delete me;
+        bool failed = std::uncaught_exceptions() > unwinding;
+        if (!t_current.kept || (failed && cell->unstash_last(me))) delete me;
         t_current = saved;
       }
-    } guard{me, saved};
+    } guard{this, me, saved};
     note_activity();
     dispatch(me->msg);
   }
   void destroy_user(Envelope* e) noexcept final { delete static_cast<MsgEnvelope<Msg>*>(e); }
+  const char* message_type_name() const noexcept final { return typeid(Msg).name(); }
 };
 
 // One heap block per actor: header + the user's object + its constructor
@@ -414,7 +440,6 @@ class CellImpl final : public TypedCell<typename A::message_type> {
 };
 
 // Runtime services the typed front end needs (src/core/system.cpp).
-TimerService& timers_of(SystemImpl& s) noexcept;
 Clock& clock_of(SystemImpl& s) noexcept;
 // Links a constructed cell into its parent and schedules its start. Returns
 // false (and frees nothing) if the system no longer accepts actors.
@@ -519,11 +544,11 @@ void ReceiveTimeoutFire<Msg>::run(CellBase& c) {
   auto& svc = timers_of(c.system());
   TimePoint now = c.now();
   if (now - x.last_activity >= x.rt_duration) {
-    svc.schedule(node, now + x.rt_duration);
+    svc.schedule(node, deadline_after(now, x.rt_duration));
     Msg copy(static_cast<ReceiveTimeoutNode<Msg>*>(node)->msg());
     static_cast<TypedCell<Msg>&>(c).deliver_loose(copy);
   } else {
-    svc.schedule(node, x.last_activity + x.rt_duration);
+    svc.schedule(node, deadline_after(x.last_activity, x.rt_duration));
   }
 }
 
@@ -795,9 +820,13 @@ class Actor {
   std::size_t stash_size() const { return cell_->stash_size(); }
 
   // After `d` without any message, `msg` is delivered; again every `d` while
-  // quiet. Replaces an earlier setting.
-  void set_receive_timeout(Duration d, Msg msg) {
+  // quiet. Replaces an earlier setting. A zero or negative `d` is refused
+  // with invalid_argument (it would flood the actor).
+  Result<void> set_receive_timeout(Duration d, Msg msg) {
     static_assert(std::is_copy_constructible_v<Msg>, "receive timeout copies its message");
+    if (d <= Duration::zero())
+      return Error(ErrorCode::invalid_argument, "receive timeout must be positive");
+    if (cell_->terminated_flag()) return Error(ErrorCode::dead_letter, "the actor is stopping");
     cancel_receive_timeout();
     auto& x = cell_->extras();
     cell_->set_receive_timeout_flag(true);
@@ -805,7 +834,8 @@ class Actor {
     x.last_activity = now();
     auto* n = new detail::ReceiveTimeoutNode<Msg>(cell_, ++x.rt_gen, std::move(msg));
     x.rt_node = n;
-    detail::timers_of(cell_->system()).schedule(n, x.last_activity + d);
+    detail::timers_of(cell_->system()).schedule(n, deadline_after(x.last_activity, d));
+    return {};
   }
   void cancel_receive_timeout() {
     auto* x = cell_->extras_if();
@@ -850,8 +880,11 @@ class Actor {
   template <class R, class M, class Make, class K>
   void ask(const ActorRef<M>& target, Make&& make, Duration timeout, K&& k) {
     auto* st = new detail::ActorAsk<R>(cell_, std::function<void(Result<R>)>(std::forward<K>(k)));
+    struct Release {
+      detail::ActorAsk<R>* st;
+      ~Release() { st->release(); }
+    } release{st};
     detail::send_ask<R>(cell_->system(), st, target, std::forward<Make>(make), timeout);
-    st->release();
   }
 
   // Spawns a child: it stops when this actor stops.
@@ -872,6 +905,7 @@ class Actor {
   }
 
   void arm_timer(std::string key, Duration delay, Msg msg, bool periodic) {
+    if (cell_->terminated_flag()) return;  // armed from on_stop: would outlive the actor
     auto& x = cell_->extras();
     auto& svc = detail::timers_of(cell_->system());
     std::uint64_t gen = ++x.timer_gen;
@@ -890,7 +924,7 @@ class Actor {
     slot->gen = gen;
     slot->node = n;
     slot->periodic = periodic;
-    svc.schedule(n, now() + (delay < Duration::zero() ? Duration::zero() : delay));
+    svc.schedule(n, deadline_after(now(), delay));
   }
 
   template <class, class...>
@@ -903,8 +937,8 @@ namespace detail {
 template <class R, class M, class Make>
 void send_ask(SystemImpl& sys, AskBase<R>* st, const ActorRef<M>& target, Make&& make,
               Duration timeout) {
-  auto& timers = timers_of(sys);
-  st->arm(timers, clock_of(sys).now() + timeout);
+  st->arm(sys, deadline_after(clock_of(sys).now(), timeout));
+  if (st->done()) return;  // refused: shutting down
   if (!target) {
     st->complete(Error(ErrorCode::dead_letter, "ask to an empty actor reference"));
     return;
@@ -930,15 +964,18 @@ ActorRef<typename A::message_type> spawn_cell(SystemImpl& sys, CellBase* parent,
   struct Guard {
     Cell* c;
     ~Guard() {
-      if (c) c->release();
+      if (c) {
+        c->abandon();  // messages and timers its constructor made go with it
+        c->release();
+      }
     }
   } guard{c};
   c->construct();                       // user constructor may throw: nothing leaks
   extras_opts_and_apply(c, opts);       // name, bound, supervision
   guard.c = nullptr;
   ActorRef<typename A::message_type> ref{CellRef(c)};
-  // From here the first reference is the parent link's; start_cell releases
-  // it itself if the system no longer takes actors.
+  // From here the first reference is the parent link's; start_cell abandons
+  // the cell and releases it itself if the system no longer takes actors.
   if (!start_cell(sys, c, parent)) return ActorRef<typename A::message_type>{};
   return ref;
 }

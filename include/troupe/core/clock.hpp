@@ -27,6 +27,14 @@ using WallTime = std::chrono::time_point<std::chrono::system_clock, Duration>;
 
 using namespace std::chrono_literals;  // NOLINT: 10ms, 5s read best in user code
 
+// `now + d`, clamped: a negative `d` gives `now`, an overflow gives
+// TimePoint::max() (a deadline that never comes).
+inline TimePoint deadline_after(TimePoint now, Duration d) noexcept {
+  if (d <= Duration::zero()) return now;
+  if (now.time_since_epoch() > TimePoint::max().time_since_epoch() - d) return TimePoint::max();
+  return now + d;
+}
+
 // Abstract time source. Implementations are thread-safe.
 class Clock {
  public:

@@ -76,15 +76,14 @@ struct Envelope : Pooled {
 // ownership of `this` (delete it, or hand it on).
 template <class Derived>
 struct SysEnvelope : Envelope {
-  SysEnvelope() {
-    sys = [](Envelope* e, CellBase* c, SysOp op) {
-      auto* d = static_cast<Derived*>(e);
-      if (op == SysOp::run) {
-        d->run(*c);
-      } else {
-        d->drop(*c);
-      }
-    };
+  SysEnvelope() { sys = &dispatch; }
+  static void dispatch(Envelope* e, CellBase* c, SysOp op) {
+    auto* d = static_cast<Derived*>(e);
+    if (op == SysOp::run) {
+      d->run(*c);
+    } else {
+      d->drop(*c);
+    }
   }
 };
 
@@ -151,7 +150,16 @@ struct Extras : Pooled {
   Duration restart_window{};
   std::uint32_t restarts_in_window = 0;
   TimePoint window_start{};
-  std::string stop_detail;  // failure text for watchers, set before stopping
+  std::string stop_detail;  // failure text for watchers, kept for late ones
+
+  // restart back-off
+  TimePoint restart_at{};
+  TimerService::Node* restart_node = nullptr;  // owner's reference, while armed
+  Envelope* deferred_head = nullptr;           // held back while suspended
+  Envelope* deferred_tail = nullptr;
+
+  // behaviours replaced during the current message, freed after it
+  std::vector<std::pair<void*, void (*)(void*)>> retired;
 
   ~Extras();
 };
@@ -160,14 +168,15 @@ struct Extras : Pooled {
 enum class Resume : std::uint8_t {
   idle,        // mailbox empty; the next push schedules it again
   more,        // budget used up with messages left: schedule again
-  suspended,   // waiting for a restart back-off; a timer will reschedule it
-  terminated,  // done for good; the scheduler releases the activation's hold
+  terminated,  // done for good; the scheduler releases the parent link's reference
 };
 
 // The runtime part of every actor. Reference counted (ActorRef and runtime
 // holds); the memory is freed when the last reference goes. Thread-safety:
-// push()/retain()/release() are thread-safe; everything else runs only inside
-// the actor's own activation, which the mailbox protocol makes exclusive.
+// push_*(), request_stop*(), retain()/release(), name(), closed() and
+// exit_reason() (once closed) are thread-safe; everything else runs only
+// inside the actor's own activation, which the mailbox protocol makes
+// exclusive.
 class CellBase : public Pooled {
  public:
   static inline Envelope* const kIdle = reinterpret_cast<Envelope*>(std::uintptr_t{1});
@@ -181,7 +190,7 @@ class CellBase : public Pooled {
     kStopRequested = 2,   // stop after the current message
     kTerminated = 4,
     kReceiveTimeout = 8,  // receive timeout armed: track activity
-    kSuspended = 16,      // restart back-off pending
+    kSuspended = 16,      // restart back-off: only stop/restart run, the rest waits
     kObjectLive = 32,     // the user object is constructed (CellImpl)
   };
 
@@ -210,18 +219,25 @@ class CellBase : public Pooled {
   void start_incarnation();
   // Valid once closed().
   ExitReason exit_reason() const noexcept;
+  const std::string& exit_detail() const noexcept;
+
+  // Spawn protocol (src/core/system.cpp): a new cell is born "scheduled"
+  // (head_ == nullptr), so that messages its constructor sends to itself only
+  // queue; start_cell() puts the start message first and schedules it once,
+  // or abandon() closes it if the system refused it.
+  void prime_start(Envelope* start) noexcept { cache_ = start; }
+  void abandon() noexcept;
 
   SystemImpl& system() const noexcept { return *system_; }
-  Extras& extras();  // allocates on first use (activation only)
-  Extras* extras_if() const noexcept { return extras_; }
+  Extras& extras();  // allocates on first use (activation, or before publication)
+  Extras* extras_if() const noexcept { return extras_.load(std::memory_order_acquire); }
   const std::string& name() const noexcept;
   const char* actor_type_name() const noexcept { return type_name(); }
   bool terminated_flag() const noexcept { return (state_ & kTerminated) != 0; }
   bool closed() const noexcept { return head_.load(std::memory_order_acquire) == kClosed; }
-  bool in_activation_of_this() const noexcept;
 
   // --- used by the typed front end, inside the activation ---
-  void stop_self() noexcept { state_ |= kStopRequested; }
+  void stop_self() noexcept { state_ = static_cast<std::uint16_t>(state_ | kStopRequested); }
   // Receive-timeout bookkeeping; a flag test unless a receive timeout is set.
   void note_activity() {
     if (state_ & kReceiveTimeout) [[unlikely]] note_activity_slow();
@@ -230,15 +246,25 @@ class CellBase : public Pooled {
     state_ = static_cast<std::uint16_t>(on ? (state_ | kReceiveTimeout) : (state_ & ~kReceiveTimeout));
   }
   // Before publication only (spawn).
-  void add_opts(std::uint16_t o) noexcept { opts_ |= o; }
+  void add_opts(std::uint16_t o) noexcept { opts_ = static_cast<std::uint16_t>(opts_ | o); }
   Result<void> stash_envelope(Envelope* e);
+  // Takes `e` back out of the stash if it is the last one stashed (a handler
+  // that stashed and then threw: the failing message is dropped, not kept).
+  bool unstash_last(Envelope* e) noexcept;
   void unstash_all() noexcept;
-  std::size_t stash_size() const noexcept { return extras_ ? extras_->stash_size : 0; }
-  void link_child(CellBase* child);
+  std::size_t stash_size() const noexcept {
+    auto* x = extras_if();
+    return x ? x->stash_size : 0;
+  }
   void add_watcher(std::unique_ptr<DownNotifier> n);
+  // Replaces the become() behaviour; the old one is freed after the current
+  // message, since it may be the closure that is running.
   void set_behavior(void* b, void (*deleter)(void*)) noexcept;
-  void* behavior() const noexcept { return extras_ ? extras_->behavior : nullptr; }
-  void count_dead_letter(const char* what) noexcept;
+  void* behavior() const noexcept {
+    auto* x = extras_.load(std::memory_order_relaxed);
+    return x ? x->behavior : nullptr;
+  }
+  void count_dead_letter(const char* mangled_type) noexcept;
   TimePoint now() const noexcept;
 
   CellBase* sched_next_ = nullptr;  // scheduler run-queue link
@@ -250,6 +276,7 @@ class CellBase : public Pooled {
   virtual void invoke_user(Envelope* e) = 0;
   // Frees a user envelope that will not be delivered.
   virtual void destroy_user(Envelope* e) noexcept = 0;
+  virtual const char* message_type_name() const noexcept = 0;
   virtual void on_start_hook() = 0;
   virtual void on_stop_hook() noexcept = 0;
   // Replaces the user object with a fresh one; false if it cannot be rebuilt.
@@ -264,21 +291,29 @@ class CellBase : public Pooled {
   friend class SystemImpl;
   friend struct RestartEnvelope;
   friend struct StopEnvelope;
+  friend bool start_cell(SystemImpl& s, CellBase* cell, CellBase* parent);
 
  private:
   void note_activity_slow();
-  std::string stop_detail_take();
   void run_one(Envelope* e);
+  void free_retired() noexcept;
   void handle_failure(std::exception_ptr ep) noexcept;
-  void terminate(ExitReason reason, const std::string& detail) noexcept;
+  void request_failure_stop(std::string detail) noexcept;
+  void terminate(ExitReason reason) noexcept;
   void drain_dead(Envelope* list) noexcept;
   void reset_incarnation() noexcept;
+  void defer(Envelope* e) noexcept;
+  void arm_restart() noexcept;
+  void restart_now() noexcept;
+  void restart_now_from_failure() noexcept;
   bool take_batch() noexcept;
+  bool is_control(const Envelope* e) const noexcept;
+  void link_child_locked(Extras& x, CellBase* child) noexcept;
 
   std::atomic<std::uint32_t> refs_{1};
   std::uint16_t opts_;
   std::uint16_t state_ = 0;
-  std::atomic<Envelope*> head_{kIdle};
+  std::atomic<Envelope*> head_{nullptr};  // born scheduled; see prime_start()
   Envelope* cache_ = nullptr;
   SystemImpl* system_;
   CellBase* parent_;
@@ -288,7 +323,9 @@ class CellBase : public Pooled {
   CellBase* sib_next_ = nullptr;
 
  private:
-  Extras* extras_ = nullptr;
+  // Written once, by the activation (or before publication); read by other
+  // threads only through name(), hence atomic.
+  std::atomic<Extras*> extras_{nullptr};
 };
 
 // Owning smart pointer for a cell (one reference).

@@ -36,6 +36,14 @@ struct Pooled {
       return nullptr;
     }
   }
+  // Over-aligned types (alignas(64) members) bypass the 16-byte-aligned pool.
+  static void* operator new(std::size_t size, std::align_val_t al) { return ::operator new(size, al); }
+  static void operator delete(void* p, std::size_t size, std::align_val_t al) noexcept {
+    ::operator delete(p, size, al);
+  }
+  static void* operator new(std::size_t size, std::align_val_t al, const std::nothrow_t& nt) noexcept {
+    return ::operator new(size, al, nt);
+  }
 };
 
 }  // namespace troupe::detail

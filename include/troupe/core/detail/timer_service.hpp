@@ -68,8 +68,9 @@ class TimerService final : public ManualClock::Listener {
   void stop();   // stops the thread and releases every queued node; idempotent
 
   // Queues `n` to fire at `deadline` (takes its own reference). A node that is
-  // already queued is moved to the new deadline.
-  void schedule(Node* n, TimePoint deadline);
+  // already queued is moved to the new deadline. False once stopped: the
+  // node will never fire.
+  bool schedule(Node* n, TimePoint deadline);
   // Removes `n` if still queued, releasing the queue's reference. True if it
   // was removed: it will not fire again (a fire already under way may still
   // complete).
