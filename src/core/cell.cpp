@@ -300,7 +300,9 @@ void CellBase::handle_failure(std::exception_ptr ep) noexcept {
     }
     if (++x->restarts_in_window <= x->max_restarts) {
       system_->restarts.fetch_add(1, std::memory_order_relaxed);
-      // on_stop first: anything it arms is cancelled by the reset below.
+      // on_stop sees its timers cancelled; anything it arms is cancelled by
+      // the second reset.
+      reset_incarnation();
       on_stop_hook();
       reset_incarnation();
       double scale = std::pow(x->backoff_factor, static_cast<double>(x->restarts_in_window - 1));
@@ -403,7 +405,8 @@ void CellBase::reset_incarnation() noexcept {
 
 void CellBase::terminate(ExitReason reason) noexcept {
   state_ = static_cast<std::uint16_t>((state_ & ~kReasonMask) | kTerminated | reason_bits(reason));
-  on_stop_hook();  // timers it tries to arm are refused (terminated)
+  reset_incarnation();
+  on_stop_hook();  // sees its timers cancelled; arming more is refused (terminated)
   reset_incarnation();
   auto* x = extras_if();
   if (x && x->restart_node) {

@@ -126,7 +126,7 @@ TEST_F(Stash, messages_can_be_stashed_again_after_an_unstash) {
 }
 
 TEST_F(Stash, past_the_bound_stash_fails_with_stash_overflow_and_no_message_is_lost) {
-  auto g = system.spawn<Gatekeeper>(SpawnOptions{.stash_capacity = 3}, reports.ref());
+  auto g = system.spawn<Gatekeeper>(SpawnOptions{.name = "gatekeeper", .stash_capacity = 3}, reports.ref());
   for (int i = 1; i <= 5; ++i) g.tell(Work{i});
   auto r4 = reports.expect<Rejected>();
   auto r5 = reports.expect<Rejected>();
@@ -144,7 +144,7 @@ TEST_F(Stash, past_the_bound_stash_fails_with_stash_overflow_and_no_message_is_l
 }
 
 TEST_F(Stash, an_overflowing_request_can_still_be_answered_with_the_error) {
-  auto g = system.spawn<Gatekeeper>(SpawnOptions{.stash_capacity = 1}, reports.ref());
+  auto g = system.spawn<Gatekeeper>(SpawnOptions{.name = "gatekeeper", .stash_capacity = 1}, reports.ref());
   auto first = system.ask<int>(g, [](troupe::ReplyTo<int> r) { return Ask{std::move(r), 1}; }, 1h);
   auto second = system.ask<int>(g, [](troupe::ReplyTo<int> r) { return Ask{std::move(r), 2}; }, 1h);
   auto r2 = second.get();
@@ -169,7 +169,7 @@ TEST_F(Stash, a_timer_message_can_be_stashed_and_unstashed) {
 }
 
 TEST_F(Stash, a_timer_message_that_does_not_fit_stays_intact_with_the_handler) {
-  auto g = system.spawn<Gatekeeper>(SpawnOptions{.stash_capacity = 0}, reports.ref());
+  auto g = system.spawn<Gatekeeper>(SpawnOptions{.name = "gatekeeper", .stash_capacity = 0}, reports.ref());
   g.tell(ArmWork{9});
   settle();
   advance(10ms);

@@ -116,7 +116,7 @@ TEST(TestProbe, watch_forwards_the_down_notice_of_the_target) {
   troupe::ActorSystem sys(quiet());
   TestProbe<int> target(sys, "target");
   TestProbe<troupe::Down> probe(sys);
-  probe.watch(target.ref());
+  probe.watch(target.ref());  // the watch races the stop: either order works
   target.ref().stop();
   auto down = probe.expect_message();
   EXPECT_EQ(down.actor, troupe::AnyRef(target.ref()));

@@ -305,6 +305,24 @@ TEST_F(Timers, timers_of_a_stopped_actor_never_fire_and_are_released) {
   EXPECT_EQ(seen.pending(), 0u);
 }
 
+// The Actor hooks contract (actor.hpp): "on_stop(); // after the last
+// message; timers already cancelled".
+struct StopReporter : troupe::Actor<int> {
+  explicit StopReporter(ActorRef<std::string> r) : report(std::move(r)) {}
+  void on_start() { start_timer("t", 1h, 1); }
+  void receive(int&) {}
+  void on_stop() { report.tell(timer_active("t") ? "timer still active" : "timers cancelled"); }
+  ActorRef<std::string> report;
+};
+
+TEST_F(Timers, timers_are_already_cancelled_when_on_stop_runs) {
+  TestProbe<std::string> report(system);
+  auto a = system.spawn<StopReporter>(report.ref());
+  settle();
+  a.stop();
+  EXPECT_EQ(report.expect_message(), "timers cancelled");
+}
+
 TEST_F(Timers, an_actor_stopped_with_a_fire_in_its_mailbox_never_handles_it) {
   auto t = spawn_timed();
   tell(t, Start{"t", 10ms, 1});
@@ -399,11 +417,14 @@ struct HoldRT {
 using RtMsg = std::variant<Touch, Quiet, SetTimeout, CancelTimeout, HoldRT>;
 
 struct Idler : troupe::Actor<RtMsg> {
-  explicit Idler(ActorRef<TimePoint> q) : quiet(std::move(q)) {}
+  Idler(ActorRef<TimePoint> q, ActorRef<ErrorCode> r) : quiet(std::move(q)), results(std::move(r)) {}
   void receive(RtMsg& m) {
     troupe::match(
         m, [&](Touch&) {}, [&](Quiet&) { quiet.tell(now()); },
-        [&](SetTimeout& s) { set_receive_timeout(s.d, Quiet{}); },
+        [&](SetTimeout& s) {
+          auto r = set_receive_timeout(s.d, Quiet{});
+          results.tell(r.ok() ? ErrorCode::ok : r.error().code());
+        },
         [&](CancelTimeout&) { cancel_receive_timeout(); },
         [&](HoldRT& h) {
           h.entered->open();
@@ -412,18 +433,21 @@ struct Idler : troupe::Actor<RtMsg> {
         });
   }
   ActorRef<TimePoint> quiet;
+  ActorRef<ErrorCode> results;
 };
 
 class ReceiveTimeout : public ManualClockTest {
  protected:
-  ReceiveTimeout() : quiet(system, "quiet") {}
-  ActorRef<RtMsg> spawn_idler(Duration d) {
-    auto a = system.spawn<Idler>(quiet.ref());
+  ReceiveTimeout() : quiet(system, "quiet"), results(system, "results") {}
+  ActorRef<RtMsg> spawn_idler(Duration d, ErrorCode expected = ErrorCode::ok) {
+    auto a = system.spawn<Idler>(quiet.ref(), results.ref());
     a.tell(SetTimeout{d});
+    EXPECT_EQ(results.expect_message(), expected);
     settle();
     return a;
   }
   TestProbe<TimePoint> quiet;
+  TestProbe<ErrorCode> results;
 };
 
 TEST_F(ReceiveTimeout, is_delivered_after_the_quiet_period_and_not_before) {
@@ -470,6 +494,7 @@ TEST_F(ReceiveTimeout, setting_it_again_replaces_the_earlier_period) {
   auto t0 = now();
   auto a = spawn_idler(100ms);
   a.tell(SetTimeout{300ms});
+  EXPECT_EQ(results.expect_message(), ErrorCode::ok);
   settle();
   advance(100ms);
   EXPECT_EQ(quiet.pending(), 0u);
@@ -492,6 +517,29 @@ TEST_F(ReceiveTimeout, a_timeout_already_queued_when_it_is_cancelled_is_never_de
   EXPECT_GE(system.stats().stale_timer_fires, stale_before + 1);
   advance_in_steps(1s, 100ms);
   EXPECT_EQ(quiet.pending(), 0u);
+}
+
+// A zero or negative period would re-arm at now() after every delivery: a
+// busy loop on the system clock (about 60k messages a second were measured
+// before it was refused). Like a periodic timer's interval, it is refused.
+TEST_F(ReceiveTimeout, a_zero_or_negative_period_is_refused_with_invalid_argument_and_never_fires) {
+  auto a = spawn_idler(0ms, ErrorCode::invalid_argument);
+  a.tell(SetTimeout{-5ms});
+  EXPECT_EQ(results.expect_message(), ErrorCode::invalid_argument);
+  settle();
+  EXPECT_EQ(system.stats().timers_pending, 0u);
+  advance_in_steps(10ms, 1ms);
+  EXPECT_EQ(quiet.pending(), 0u);
+}
+
+TEST_F(ReceiveTimeout, a_refused_period_leaves_the_running_timeout_alone) {
+  auto t0 = now();
+  auto a = spawn_idler(100ms);
+  a.tell(SetTimeout{0ms});
+  EXPECT_EQ(results.expect_message(), ErrorCode::invalid_argument);
+  settle();
+  advance(100ms);
+  EXPECT_EQ(quiet.expect_message(0ms), t0 + 100ms);
 }
 
 TEST_F(ReceiveTimeout, stops_with_the_actor) {

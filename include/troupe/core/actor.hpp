@@ -144,12 +144,14 @@ class AskBase : public TimerService::Node {
   // Arms the timeout. The ask keeps the system's state alive until it is
   // freed, so a reply from a thread outside the system, even after the
   // system is gone, finds a valid timer queue.
-  void arm(SystemImpl& s, TimePoint deadline) {
+  // False if refused (the system is shutting down): the ask is then
+  // complete with shutting_down and the request must not be sent.
+  bool arm(SystemImpl& s, TimePoint deadline) {
     sys_ = &s;
     system_hold(s);
-    if (!timers_of(s).schedule(this, deadline)) {
-      complete(Error(ErrorCode::shutting_down, "the actor system is shutting down"));
-    }
+    if (timers_of(s).schedule(this, deadline)) return true;
+    complete(Error(ErrorCode::shutting_down, "the actor system is shutting down"));
+    return false;
   }
   bool done() const noexcept { return done_.load(std::memory_order_acquire); }
 
@@ -937,8 +939,9 @@ namespace detail {
 template <class R, class M, class Make>
 void send_ask(SystemImpl& sys, AskBase<R>* st, const ActorRef<M>& target, Make&& make,
               Duration timeout) {
-  st->arm(sys, deadline_after(clock_of(sys).now(), timeout));
-  if (st->done()) return;  // refused: shutting down
+  // Even if the timeout fires before the push, the request is still sent:
+  // its ReplyTo then simply answers a completed ask.
+  if (!st->arm(sys, deadline_after(clock_of(sys).now(), timeout))) return;
   if (!target) {
     st->complete(Error(ErrorCode::dead_letter, "ask to an empty actor reference"));
     return;

@@ -28,11 +28,11 @@ class Gate {
   Gate& operator=(const Gate&) = delete;
 
   // Opens the gate; every current and future wait() returns true at once.
+  // Notifies under the lock: a waiter may destroy the gate as soon as it
+  // returns, so open() must not touch it after releasing the lock.
   void open() {
-    {
-      std::lock_guard lk(mu_);
-      open_ = true;
-    }
+    std::lock_guard lk(mu_);
+    open_ = true;
     cv_.notify_all();
   }
 
