@@ -3,10 +3,6 @@
 // proves: X3 (ask timeouts without sleeping); L4/J2 groundwork (typed
 // results, nothing blocks inside an actor)
 
-// Result<T>::error() trips -Wnull-dereference (an error with -Werror) at -O2
-// -DNDEBUG, e.g. in the TSan build: core bug in result.hpp (`*std::get_if`),
-// see the report. Remove once result.hpp uses std::get.
-#pragma GCC diagnostic ignored "-Wnull-dereference"
 
 #include <gtest/gtest.h>
 

@@ -2,10 +2,6 @@
 // proves: P1 at the core level (a full mailbox refuses at once with
 // mailbox_full, counted; what it accepted is all handled)
 
-// Result<T>::error() trips -Wnull-dereference (an error with -Werror) at -O2
-// -DNDEBUG, e.g. in the TSan build: core bug in result.hpp (`*std::get_if`),
-// see the report. Remove once result.hpp uses std::get.
-#pragma GCC diagnostic ignored "-Wnull-dereference"
 
 #include <gtest/gtest.h>
 

@@ -4,10 +4,6 @@
 // every actor with on_stop); X1 (late use of a dead system is a value, not a
 // crash)
 
-// Result<T>::error() trips -Wnull-dereference (an error with -Werror) at -O2
-// -DNDEBUG, e.g. in the TSan build: core bug in result.hpp (`*std::get_if`),
-// see the report. Remove once result.hpp uses std::get.
-#pragma GCC diagnostic ignored "-Wnull-dereference"
 
 #include <gtest/gtest.h>
 

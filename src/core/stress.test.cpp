@@ -4,10 +4,6 @@
 // proves: E2/E4 at the core level under real time (no message of a cancelled
 // or replaced timer generation is ever delivered)
 
-// Result<T>::error() trips -Wnull-dereference (an error with -Werror) at -O2
-// -DNDEBUG, e.g. in the TSan build: core bug in result.hpp (`*std::get_if`),
-// see the report. Remove once result.hpp uses std::get.
-#pragma GCC diagnostic ignored "-Wnull-dereference"
 // GCC 12 at -O2 reports ReplyTo::st_ "may be used uninitialized" when a
 // variant protocol holding a ReplyTo is built from another alternative (the
 // timer message in SlowResponder): a false positive, see the report.

@@ -52,8 +52,8 @@ class Error {
   std::string message_;
 };
 
-// Either a value or an Error. Accessing the wrong side is a programming error
-// (asserted in debug builds, undefined otherwise), as with std::optional.
+// Either a value or an Error. Accessing the wrong side is a programming error:
+// asserted in debug builds, std::bad_variant_access otherwise.
 template <class T>
 class [[nodiscard]] Result {
  public:
@@ -69,16 +69,16 @@ class [[nodiscard]] Result {
   bool ok() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }
 
-  T& value() & { assert(ok()); return *std::get_if<0>(&v_); }
-  const T& value() const& { assert(ok()); return *std::get_if<0>(&v_); }
-  T&& value() && { assert(ok()); return std::move(*std::get_if<0>(&v_)); }
+  T& value() & { assert(ok()); return std::get<0>(v_); }
+  const T& value() const& { assert(ok()); return std::get<0>(v_); }
+  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
 
-  const Error& error() const& { assert(!ok()); return *std::get_if<1>(&v_); }
-  Error&& error() && { assert(!ok()); return std::move(*std::get_if<1>(&v_)); }
+  const Error& error() const& { assert(!ok()); return std::get<1>(v_); }
+  Error&& error() && { assert(!ok()); return std::get<1>(std::move(v_)); }
 
   template <class U>
   T value_or(U&& fallback) const& {
