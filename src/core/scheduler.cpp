@@ -220,9 +220,11 @@ CellBase* Scheduler::search(Worker& w) noexcept {
     if (found || now - start >= kSpinFor) break;
     for (int i = 0; i < 16; ++i) TROUPE_CPU_RELAX();
   }
-  // Leaving the search: if we were the last searcher and found work, there
-  // may be more for a parked worker.
-  if (searching_.fetch_sub(1, std::memory_order_seq_cst) == 1 && found) notify_if_needed();
+  // Leaving the search: pushes made while we searched skipped their wake-up
+  // (a searcher would find the work). If we were the last searcher, that
+  // promise passes to a parked worker whenever work may remain — whether or
+  // not we found some ourselves.
+  if (searching_.fetch_sub(1, std::memory_order_seq_cst) == 1 && (found || has_work())) notify_if_needed();
   return found;
 }
 
@@ -233,6 +235,9 @@ void Scheduler::park(Worker&) {
   // made its work visible before we look here (both sides are seq_cst).
   if (stopping_ || has_work()) {
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+    lk.unlock();
+    // We take one item; more may be queued with nobody else awake for it.
+    if (!stopping_) notify_if_needed();
     return;
   }
   park_cv_.wait(lk, [&] { return wake_tokens_ > 0 || stopping_; });

@@ -63,12 +63,37 @@ TEST(Scheduler, two_threads_run_two_actors_at_the_same_time) {
   TestProbe<int> probe(sys);
   auto a = sys.spawn<Blocker>(probe.ref());
   auto b = sys.spawn<Blocker>(probe.ref());
+  ASSERT_TRUE(sys.wait_idle());
   Gate ga, gb;
   a.tell(Meet{&ga, &gb, {}});
+  // One push at a time while a thread is held; pushes racing a searching
+  // worker are covered by the test below.
+  ASSERT_TRUE(ga.wait());
   b.tell(Meet{&gb, &ga, {}});
   // Each handler waits for the other to have started: only parallel runs meet.
   EXPECT_EQ(probe.expect_message(15s), 1);
   EXPECT_EQ(probe.expect_message(15s), 1);
+}
+
+// Two pushes that both skip their wake-up because a worker is searching,
+// while that searcher then takes one actor whose handler blocks: the other
+// must still be run by the parked worker (regression: it once waited 10 s).
+TEST(Scheduler, two_actors_told_together_never_wait_for_each_other_s_thread) {
+  int stalls = 0;
+  for (int round = 0; round < 3000 && stalls == 0; ++round) {
+    // A fresh system each round: the race needs a worker that is still
+    // searching after its previous job when the two pushes land.
+    ActorSystem sys(config(2));
+    TestProbe<int> probe(sys);
+    auto a = sys.spawn<Blocker>(probe.ref());
+    auto b = sys.spawn<Blocker>(probe.ref());
+    Gate ga, gb;
+    a.tell(Meet{&ga, &gb, {}});
+    b.tell(Meet{&gb, &ga, {}});
+    stalls += probe.expect_message(15s) == 0;
+    (void)probe.expect_message(15s);
+  }
+  EXPECT_EQ(stalls, 0) << "a runnable actor waited for a blocked thread while another slept";
 }
 
 TEST(Scheduler, an_actor_woken_by_a_handler_that_then_blocks_still_runs_elsewhere) {

@@ -4,11 +4,6 @@
 // proves: E2/E4 at the core level under real time (no message of a cancelled
 // or replaced timer generation is ever delivered)
 
-// GCC 12 at -O2 reports ReplyTo::st_ "may be used uninitialized" when a
-// variant protocol holding a ReplyTo is built from another alternative (the
-// timer message in SlowResponder): a false positive, see the report.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
 #include <gtest/gtest.h>
 
 #include <atomic>

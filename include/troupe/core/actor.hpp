@@ -85,7 +85,7 @@ class Supervision {
 // How to spawn an actor. Defaults: unnamed, unbounded mailbox, stash bound
 // 1000, stop on failure (a failing actor does not spin).
 struct SpawnOptions {
-  std::string name;
+  std::string name{};
   std::uint32_t mailbox_capacity = 0;  // 0 = unbounded
   std::size_t stash_capacity = 1000;
   Supervision supervision = Supervision::stop();

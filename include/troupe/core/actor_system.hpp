@@ -30,11 +30,11 @@ struct SystemConfig {
   // Messages an actor handles per activation before yielding its thread.
   std::uint32_t throughput = 64;
   // Time source; null = the system clock. Pass a ManualClock in tests.
-  std::shared_ptr<Clock> clock;
+  std::shared_ptr<Clock> clock{};
   // How long shutdown() lets actors drain their mailboxes before stopping them.
   Duration shutdown_drain_timeout = std::chrono::seconds(10);
   // Called for every dead letter (on the sending thread; keep it cheap).
-  std::function<void(const DeadLetter&)> on_dead_letter;
+  std::function<void(const DeadLetter&)> on_dead_letter{};
   // Log the first dead letters and then one in every 1000, to stderr.
   bool log_dead_letters = true;
   // Log handler failures (exceptions) to stderr.
