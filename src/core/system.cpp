@@ -35,10 +35,10 @@ void count_stale_timer(SystemImpl& s) noexcept {
 }
 SystemImpl& impl_of(ActorSystem& s) noexcept { return s.impl(); }
 
-std::uint16_t extras_opts_and_apply(CellBase* cell, const SpawnOptions& o) {
+void apply_spawn_options(CellBase* cell, const SpawnOptions& o) {
   bool needs = !o.name.empty() || o.mailbox_capacity != 0 || o.stash_capacity != 1000 ||
                o.supervision.directive() != Supervision::Directive::stop;
-  if (!needs) return 0;
+  if (!needs) return;
   auto& x = cell->extras();
   x.name = o.name;
   x.stash_capacity = o.stash_capacity;
@@ -53,7 +53,6 @@ std::uint16_t extras_opts_and_apply(CellBase* cell, const SpawnOptions& o) {
     x.capacity = o.mailbox_capacity;
     cell->add_opts(CellBase::kBounded);
   }
-  return 0;
 }
 
 void system_hold(SystemImpl& s) noexcept { s.cell_created(); }

@@ -448,7 +448,7 @@ Clock& clock_of(SystemImpl& s) noexcept;
 bool start_cell(SystemImpl& s, CellBase* cell, CellBase* parent);
 void count_mailbox_full(SystemImpl& s) noexcept;
 void count_stale_timer(SystemImpl& s) noexcept;
-std::uint16_t extras_opts_and_apply(CellBase* cell, const SpawnOptions& o);
+void apply_spawn_options(CellBase* cell, const SpawnOptions& o);
 SystemImpl& impl_of(ActorSystem& s) noexcept;
 
 // A keyed-timer fire in the mailbox. Delivers only if its generation is still
@@ -974,7 +974,7 @@ ActorRef<typename A::message_type> spawn_cell(SystemImpl& sys, CellBase* parent,
     }
   } guard{c};
   c->construct();                       // user constructor may throw: nothing leaks
-  extras_opts_and_apply(c, opts);       // name, bound, supervision
+  apply_spawn_options(c, opts);  // name, bound, supervision
   guard.c = nullptr;
   ActorRef<typename A::message_type> ref{CellRef(c)};
   // From here the first reference is the parent link's; start_cell abandons
@@ -985,17 +985,27 @@ ActorRef<typename A::message_type> spawn_cell(SystemImpl& sys, CellBase* parent,
 
 }  // namespace detail
 
+namespace detail {
+
+// spawn<A>(args...) or spawn<A>(SpawnOptions{...}, args...), under `parent`.
+template <class A, class... Args>
+ActorRef<typename A::message_type> spawn_under(SystemImpl& sys, CellBase* parent, Args&&... args) {
+  static_assert(ActorType<A>, "A must derive from Actor<Msg> and have receive(Msg&)");
+  if constexpr (first_is_spawn_options<Args...>) {
+    return [&]<class O, class... Rest>(O&& o, Rest&&... rest) {
+      return spawn_cell<A>(sys, parent, o, std::forward<Rest>(rest)...);
+    }(std::forward<Args>(args)...);
+  } else {
+    return spawn_cell<A>(sys, parent, SpawnOptions{}, std::forward<Args>(args)...);
+  }
+}
+
+}  // namespace detail
+
 template <class Msg>
 template <class A, class... Args>
 ActorRef<typename A::message_type> Actor<Msg>::spawn(Args&&... args) {
-  static_assert(detail::ActorType<A>, "A must derive from Actor<Msg> and have receive(Msg&)");
-  if constexpr (detail::first_is_spawn_options<Args...>) {
-    return [&]<class O, class... Rest>(O&& o, Rest&&... rest) {
-      return detail::spawn_cell<A>(cell_->system(), cell_, o, std::forward<Rest>(rest)...);
-    }(std::forward<Args>(args)...);
-  } else {
-    return detail::spawn_cell<A>(cell_->system(), cell_, SpawnOptions{}, std::forward<Args>(args)...);
-  }
+  return detail::spawn_under<A>(cell_->system(), cell_, std::forward<Args>(args)...);
 }
 
 // Calls the alternative of `v` that matches: troupe::match(msg, [](A&){}, [](B&){}).

@@ -66,14 +66,7 @@ class ActorSystem {
   // After shutdown() began, returns an empty ref.
   template <class A, class... Args>
   ActorRef<typename A::message_type> spawn(Args&&... args) {
-    static_assert(detail::ActorType<A>, "A must derive from Actor<Msg> and have receive(Msg&)");
-    if constexpr (detail::first_is_spawn_options<Args...>) {
-      return [&]<class O, class... Rest>(O&& o, Rest&&... rest) {
-        return detail::spawn_cell<A>(*impl_, root(), o, std::forward<Rest>(rest)...);
-      }(std::forward<Args>(args)...);
-    } else {
-      return detail::spawn_cell<A>(*impl_, root(), SpawnOptions{}, std::forward<Args>(args)...);
-    }
+    return detail::spawn_under<A>(*impl_, root(), std::forward<Args>(args)...);
   }
 
   // Request/response from outside any actor: `make(ReplyTo<R>)` builds the
