@@ -15,6 +15,10 @@ std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::shutting_down: return "shutting_down";
     case ErrorCode::invalid_argument: return "invalid_argument";
     case ErrorCode::handler_failed: return "handler_failed";
+    case ErrorCode::journal_conflict: return "journal_conflict";
+    case ErrorCode::journal_failed: return "journal_failed";
+    case ErrorCode::corrupt_record: return "corrupt_record";
+    case ErrorCode::recovery_failed: return "recovery_failed";
   }
   return "unknown";
 }

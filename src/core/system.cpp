@@ -116,6 +116,14 @@ void SystemImpl::cell_freed() noexcept {
 
 void SystemImpl::shutdown() {
   std::call_once(shutdown_once_, [this] {
+    // 0. Layers above stop gracefully first, while actors still take messages.
+    std::vector<std::pair<std::uint64_t, std::function<void()>>> hooks;
+    {
+      std::lock_guard lk(hooks_mu);
+      hooks_ran = true;
+      hooks.swap(shutdown_hooks);
+    }
+    for (auto it = hooks.rbegin(); it != hooks.rend(); ++it) it->second();
     closing.store(true, std::memory_order_seq_cst);
     const auto drain = config.shutdown_drain_timeout;
     // 1. Let what is queued run to completion.
@@ -215,6 +223,25 @@ ActorSystem::~ActorSystem() {
 }
 
 void ActorSystem::shutdown() { impl_->shutdown(); }
+
+std::uint64_t ActorSystem::add_shutdown_hook(std::function<void()> hook) {
+  std::lock_guard lk(impl_->hooks_mu);
+  if (impl_->hooks_ran || !hook) return 0;
+  std::uint64_t id = ++impl_->next_hook_id;
+  impl_->shutdown_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void ActorSystem::remove_shutdown_hook(std::uint64_t id) {
+  std::lock_guard lk(impl_->hooks_mu);
+  auto& h = impl_->shutdown_hooks;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it->first == id) {
+      h.erase(it);
+      return;
+    }
+  }
+}
 
 bool ActorSystem::wait_idle(Duration timeout) { return impl_->wait_idle(timeout); }
 

@@ -4,10 +4,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "troupe/core/actor_system.hpp"
@@ -172,6 +174,10 @@ class SystemImpl {
   CellBase* root = nullptr;  // one reference, released in the destructor
 
   std::atomic<bool> closing{false};
+  std::mutex hooks_mu;
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> shutdown_hooks;
+  std::uint64_t next_hook_id = 0;
+  bool hooks_ran = false;
   std::atomic<bool> owner_alive{true};
   bool root_closed = false;  // under root's children_mu
   std::atomic<std::int64_t> external_inflight{0};

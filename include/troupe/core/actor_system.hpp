@@ -87,6 +87,15 @@ class ActorSystem {
   // called from inside an actor.
   void shutdown();
 
+  // Registers `hook` to run at the start of shutdown(), before intake closes,
+  // on the thread that calls shutdown(); hooks added later run first. A hook
+  // may block (it is how a layer stops gracefully: entity registries wait
+  // for processing entities here, SPEC E6) and must not throw. Returns an
+  // id for remove_shutdown_hook. After shutdown began, the hook is not kept
+  // and 0 is returned.
+  std::uint64_t add_shutdown_hook(std::function<void()> hook);
+  void remove_shutdown_hook(std::uint64_t id);
+
   // Tests: blocks until no actor has anything to do (all mailboxes empty, all
   // workers parked) or `timeout` passes; true if idle. Pending timers do not
   // count as work.

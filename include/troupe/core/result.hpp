@@ -27,6 +27,10 @@ enum class ErrorCode : int {
   shutting_down = 6,    // the actor system no longer takes new work
   invalid_argument = 7, // the caller passed something unusable
   handler_failed = 8,   // a message handler threw
+  journal_conflict = 9, // the journal already holds that sequence number: another writer
+  journal_failed = 10,  // the journal could not read or write (I/O, closed, full disk)
+  corrupt_record = 11,  // a stored row or its bytes cannot be decoded
+  recovery_failed = 12, // an entity could not recover its state; it refuses commands
 };
 
 std::string_view to_string(ErrorCode code) noexcept;
