@@ -1,0 +1,8 @@
+#pragma once
+// The persist layer: event-sourced entities and their journals.
+#include "troupe/persist/codec.hpp"
+#include "troupe/persist/effect.hpp"
+#include "troupe/persist/entity.hpp"
+#include "troupe/persist/journal.hpp"
+#include "troupe/persist/memory_journal.hpp"
+#include "troupe/persist/sqlite_journal.hpp"

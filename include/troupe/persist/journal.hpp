@@ -1,0 +1,165 @@
+#pragma once
+// The event journal: where entities keep their history.
+//
+// A journal stores, per persistence id ("<entity type>|<entity id>"), an
+// append-only log of events numbered 1, 2, 3, ... and the latest snapshots.
+// Events are opaque bytes plus a manifest (event type name and version) so
+// that the journal never needs the user's types; codecs (codec.hpp) turn
+// events into bytes and back.
+//
+// Guarantees every back end gives (the contract suite in
+// src/persist/journal_contract.test.cpp checks them):
+//  - an append of a batch for one persistence id is atomic: all its events
+//    are stored or none is;
+//  - sequence numbers are unique per persistence id: appending a number that
+//    is already stored (or was deleted) fails with journal_conflict and
+//    stores nothing of that batch. This is what makes a second, stale
+//    incarnation of an entity fail (SPEC E7);
+//  - a batch must continue the log: its first number is highest + 1 and its
+//    numbers are consecutive; anything else is journal_conflict (a gap) or
+//    invalid_argument (a batch that is not consecutive);
+//  - once `done` reports success the events survive a crash of the process
+//    (for back ends configured as durable);
+//  - appends for one persistence id complete in the order they were made.
+//
+// All operations are asynchronous: `done` runs exactly once, on a journal
+// thread or, for back ends that finish at once, on the caller's thread
+// before the call returns. Callbacks must be short and must not block (tell
+// an actor). Journal objects are thread-safe: any thread may call any
+// operation at any time. Owned by the application (usually via
+// shared_ptr, shared by the entity registries that use it); it must outlive
+// every operation in flight — the destructor finishes or fails what is queued.
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/core/result.hpp"
+
+namespace troupe {
+
+// One stored event.
+struct EventRecord {
+  std::uint64_t seq = 0;           // 1-based, consecutive per persistence id
+  std::int64_t timestamp_ms = 0;   // wall-clock ms since the Unix epoch when it was persisted
+  std::string type;                // manifest: the event's registered type name
+  std::uint32_t version = 0;       // manifest: the version of that type's encoding
+  std::string payload;             // the codec's bytes (may hold any byte, including 0)
+
+  friend bool operator==(const EventRecord&, const EventRecord&) = default;
+};
+
+// One stored snapshot: the state after event `seq`.
+struct SnapshotRecord {
+  std::uint64_t seq = 0;
+  std::int64_t timestamp_ms = 0;
+  std::string type;
+  std::uint32_t version = 0;
+  std::string payload;
+
+  friend bool operator==(const SnapshotRecord&, const SnapshotRecord&) = default;
+};
+
+// Events to append, atomically, to one persistence id.
+struct AppendBatch {
+  std::string persistence_id;
+  std::vector<EventRecord> events;  // non-empty; seqs consecutive from highest + 1
+};
+
+// What an entity needs to recover: the latest snapshot (if any), the events
+// after it (in order), and the highest sequence number ever stored for the
+// id (which can exceed the last event's when events were deleted).
+struct Recovery {
+  std::optional<SnapshotRecord> snapshot;
+  std::vector<EventRecord> events;
+  std::uint64_t highest_seq = 0;
+};
+
+// The interface every back end implements. See the file comment for the
+// guarantees and threading rules.
+class Journal {
+ public:
+  template <class T>
+  using Callback = std::function<void(Result<T>)>;
+
+  virtual ~Journal() = default;
+
+  // Appends `batch` atomically; see the guarantees above.
+  virtual void append(AppendBatch batch, Callback<void> done) = 0;
+
+  // Events of `persistence_id` with from_seq <= seq <= to_seq, in order.
+  // A stored row that cannot be read back intact is corrupt_record (the
+  // message names the persistence id and the sequence number).
+  virtual void replay(std::string persistence_id, std::uint64_t from_seq, std::uint64_t to_seq,
+                      Callback<std::vector<EventRecord>> done) = 0;
+
+  // The highest sequence number ever stored for the id (0 for none), deleted
+  // events included.
+  virtual void highest_seq(std::string persistence_id, Callback<std::uint64_t> done) = 0;
+
+  // Deletes the events with seq <= `to_seq`. The highest sequence number is
+  // kept: deleted numbers are never reused.
+  virtual void delete_up_to(std::string persistence_id, std::uint64_t to_seq, Callback<void> done) = 0;
+
+  // Stores a snapshot; later loads return the one with the highest seq.
+  virtual void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) = 0;
+
+  virtual void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) = 0;
+
+  // Latest snapshot + the events after it + the highest sequence number, in
+  // one call. The default composes the three reads above; back ends may do
+  // it in one round trip.
+  virtual void recover(std::string persistence_id, Callback<Recovery> done);
+
+  // A short name for logs and metrics ("memory", "sqlite").
+  virtual std::string_view name() const noexcept = 0;
+};
+
+// Blocking forms of the operations, for tools, tests and benchmarks. Never
+// call them from an actor's handler: they wait for a journal thread.
+namespace journal_sync {
+
+template <class T, class Op>
+Result<T> wait_for(Op&& op) {
+  std::promise<Result<T>> p;
+  auto f = p.get_future();
+  op([&p](Result<T> r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+inline Result<void> append(Journal& j, AppendBatch b) {
+  return wait_for<void>([&](auto cb) { j.append(std::move(b), std::move(cb)); });
+}
+inline Result<std::vector<EventRecord>> replay(Journal& j, std::string id, std::uint64_t from = 1,
+                                               std::uint64_t to = UINT64_MAX) {
+  return wait_for<std::vector<EventRecord>>(
+      [&](auto cb) { j.replay(std::move(id), from, to, std::move(cb)); });
+}
+inline Result<std::uint64_t> highest_seq(Journal& j, std::string id) {
+  return wait_for<std::uint64_t>([&](auto cb) { j.highest_seq(std::move(id), std::move(cb)); });
+}
+inline Result<void> delete_up_to(Journal& j, std::string id, std::uint64_t to) {
+  return wait_for<void>([&](auto cb) { j.delete_up_to(std::move(id), to, std::move(cb)); });
+}
+inline Result<void> save_snapshot(Journal& j, std::string id, SnapshotRecord s) {
+  return wait_for<void>([&](auto cb) { j.save_snapshot(std::move(id), std::move(s), std::move(cb)); });
+}
+inline Result<std::optional<SnapshotRecord>> load_snapshot(Journal& j, std::string id) {
+  return wait_for<std::optional<SnapshotRecord>>(
+      [&](auto cb) { j.load_snapshot(std::move(id), std::move(cb)); });
+}
+inline Result<Recovery> recover(Journal& j, std::string id) {
+  return wait_for<Recovery>([&](auto cb) { j.recover(std::move(id), std::move(cb)); });
+}
+
+}  // namespace journal_sync
+
+// Checks a batch against the rules every back end enforces before it
+// touches storage: non-empty id, at least one event, consecutive seqs
+// starting at >= 1. Back ends call it; exposed for their tests.
+Result<void> validate_batch(const AppendBatch& batch);
+
+}  // namespace troupe

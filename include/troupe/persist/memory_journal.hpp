@@ -1,0 +1,66 @@
+#pragma once
+// A journal kept in memory: for tests and for entities whose history may be
+// lost with the process.
+//
+// Operations complete on the caller's thread before they return, unless the
+// journal is put on hold (`hold()`), in which case appends wait until
+// `release_held()`: tests use that to observe an entity while its events are
+// in flight. `fail_next_appends` injects journal errors. Thread-safe; owned
+// by whoever creates it (usually a shared_ptr shared with the registries).
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "troupe/persist/journal.hpp"
+
+namespace troupe {
+
+class MemoryJournal final : public Journal {
+ public:
+  MemoryJournal() = default;
+  ~MemoryJournal() override;
+
+  void append(AppendBatch batch, Callback<void> done) override;
+  void replay(std::string persistence_id, std::uint64_t from_seq, std::uint64_t to_seq,
+              Callback<std::vector<EventRecord>> done) override;
+  void highest_seq(std::string persistence_id, Callback<std::uint64_t> done) override;
+  void delete_up_to(std::string persistence_id, std::uint64_t to_seq, Callback<void> done) override;
+  void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) override;
+  void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
+  std::string_view name() const noexcept override { return "memory"; }
+
+  // Test controls.
+  // From now on appends wait (in order) until release_held().
+  void hold();
+  // Completes every held append, in order, on the calling thread, and stops holding.
+  void release_held();
+  std::size_t held() const;
+  // The next `n` appends fail with `e` and store nothing.
+  void fail_next_appends(std::size_t n, Error e);
+  // Overwrites a stored event's bytes or manifest (corruption tests).
+  bool tamper(const std::string& persistence_id, std::uint64_t seq, EventRecord replacement);
+  // Events stored in total, over all ids.
+  std::size_t size() const;
+
+ private:
+  struct Log {
+    std::map<std::uint64_t, EventRecord> events;
+    std::uint64_t highest = 0;
+    std::optional<SnapshotRecord> snapshot;
+  };
+  Result<void> apply_append(AppendBatch& batch);
+
+  mutable std::mutex mu_;
+  std::map<std::string, Log, std::less<>> logs_;
+  bool holding_ = false;
+  std::deque<std::pair<AppendBatch, Callback<void>>> held_;
+  std::size_t fail_next_ = 0;
+  Error fail_with_;
+};
+
+}  // namespace troupe

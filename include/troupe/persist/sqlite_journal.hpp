@@ -1,0 +1,82 @@
+#pragma once
+// The embedded journal: SQLite 3 in WAL mode.
+//
+// One writer thread owns the only write connection. Appends from every
+// entity queue up; the writer takes everything queued (up to
+// `max_batch_events`) and commits it in one transaction, so one fsync covers
+// many entities' events (group commit), then runs the callbacks. Reads
+// (replay, recover, snapshots) run on `reader_threads` threads, each with its
+// own read connection, so recovery never waits behind a write batch.
+//
+// Table layout and encoding: doc/journal.md. The primary key
+// (persistence_id, seq) is what rejects a second writer (SPEC E7).
+//
+// A SqliteJournal is used by one process at a time: open() takes an
+// exclusive advisory lock on "<path>.lock" and fails if another process holds
+// it. Thread-safe; owned through the shared_ptr open() returns. Destroying it
+// commits everything already queued, fails later calls with journal_failed
+// and joins its threads.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "troupe/persist/journal.hpp"
+
+namespace troupe {
+
+// How hard a commit tries to survive a crash.
+enum class Durability {
+  // fsync on every commit (PRAGMA synchronous=FULL): an acknowledged append
+  // survives a process crash and a power loss.
+  full,
+  // No fsync at commit (synchronous=NORMAL in WAL): survives a process crash
+  // (the WAL is in the OS cache), may lose the last commits on power loss.
+  process_crash,
+};
+
+struct SqliteJournalOptions {
+  std::string path;                    // database file; created if missing
+  Durability durability = Durability::full;
+  std::size_t max_batch_events = 16384;  // per transaction
+  unsigned reader_threads = 2;
+  int busy_timeout_ms = 5000;
+};
+
+class SqliteJournal final : public Journal {
+ public:
+  // Opens (creating the file and tables if needed). Errors: journal_failed
+  // with SQLite's message (unwritable path, not a database, locked by
+  // another process), invalid_argument for unusable options.
+  static Result<std::shared_ptr<SqliteJournal>> open(SqliteJournalOptions options);
+
+  ~SqliteJournal() override;
+  SqliteJournal(const SqliteJournal&) = delete;
+  SqliteJournal& operator=(const SqliteJournal&) = delete;
+
+  void append(AppendBatch batch, Callback<void> done) override;
+  void replay(std::string persistence_id, std::uint64_t from_seq, std::uint64_t to_seq,
+              Callback<std::vector<EventRecord>> done) override;
+  void highest_seq(std::string persistence_id, Callback<std::uint64_t> done) override;
+  void delete_up_to(std::string persistence_id, std::uint64_t to_seq, Callback<void> done) override;
+  void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) override;
+  void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
+  void recover(std::string persistence_id, Callback<Recovery> done) override;
+  std::string_view name() const noexcept override { return "sqlite"; }
+
+  // Counters for metrics and benchmarks (monotonic, thread-safe).
+  struct Stats {
+    std::uint64_t transactions = 0;  // write transactions committed
+    std::uint64_t events_written = 0;
+    std::uint64_t append_failures = 0;
+  };
+  Stats stats() const;
+
+  class Impl;
+
+ private:
+  explicit SqliteJournal(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,50 @@
+#include "troupe/persist/journal.hpp"
+
+#include <memory>
+
+namespace troupe {
+
+Result<void> validate_batch(const AppendBatch& batch) {
+  if (batch.persistence_id.empty())
+    return Error(ErrorCode::invalid_argument, "append with an empty persistence id");
+  if (batch.events.empty())
+    return Error(ErrorCode::invalid_argument, "append of no events to '" + batch.persistence_id + "'");
+  if (batch.events.front().seq == 0)
+    return Error(ErrorCode::invalid_argument,
+                 "append to '" + batch.persistence_id + "': sequence numbers start at 1");
+  for (std::size_t i = 1; i < batch.events.size(); ++i) {
+    if (batch.events[i].seq != batch.events[i - 1].seq + 1)
+      return Error(ErrorCode::invalid_argument,
+                   "append to '" + batch.persistence_id + "': sequence numbers " +
+                       std::to_string(batch.events[i - 1].seq) + " and " +
+                       std::to_string(batch.events[i].seq) + " are not consecutive");
+  }
+  return {};
+}
+
+void Journal::recover(std::string persistence_id, Callback<Recovery> done) {
+  // snapshot -> events after it -> highest (deletions can leave it above the
+  // last event). Each step forwards an error as the whole recovery's.
+  struct State {
+    std::string id;
+    Callback<Recovery> done;
+    Recovery rec;
+  };
+  auto st = std::make_shared<State>(State{std::move(persistence_id), std::move(done), {}});
+  load_snapshot(st->id, [this, st](Result<std::optional<SnapshotRecord>> snap) {
+    if (!snap.ok()) return st->done(std::move(snap).error());
+    st->rec.snapshot = std::move(*snap);
+    std::uint64_t from = st->rec.snapshot ? st->rec.snapshot->seq + 1 : 1;
+    replay(st->id, from, UINT64_MAX, [this, st](Result<std::vector<EventRecord>> evs) {
+      if (!evs.ok()) return st->done(std::move(evs).error());
+      st->rec.events = std::move(*evs);
+      highest_seq(st->id, [st](Result<std::uint64_t> h) {
+        if (!h.ok()) return st->done(std::move(h).error());
+        st->rec.highest_seq = *h;
+        st->done(std::move(st->rec));
+      });
+    });
+  });
+}
+
+}  // namespace troupe
