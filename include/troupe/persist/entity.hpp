@@ -14,10 +14,14 @@
 //     void on_event(State& s, const Event& e);             // or: State on_event(const State&, const Event&)
 //     std::optional<troupe::Processing<Event>> processing(const State& s) const;  // optional member
 //     State initial_state() const;                         // optional member; else State{}
+//     void on_processing_timeout(const State&, troupe::EntityContext<Payment>&);  // optional member
 //   };
 //
 // The command handler decides; the event handler folds a stored event into
-// the state and does nothing else (it also runs during recovery). A state
+// the state and does nothing else (it also runs during recovery).
+// on_processing_timeout, if present, runs after a processing deadline's
+// timeout event was stored and applied (live only, never during recovery):
+// the place to answer a client that was waiting for the episode. A state
 // for which processing() returns a value is a *processing* state: see
 // Processing in effect.hpp for what the runtime then guarantees.
 //
@@ -236,7 +240,7 @@ struct RegistryCore {
 template <class B>
 struct EntityIn {
   struct Recovered {
-    Result<Recovery> result;
+    std::unique_ptr<Result<Recovery>> result;  // boxed: keeps every message into an entity small
   };
   struct Appended {
     Result<void> result;
@@ -271,7 +275,8 @@ struct ShardIn {
     AnyRef who;
   };
   struct StopAll {};
-  std::variant<Deliver, Passivate, Returned, EntityDown, StopAll> v;
+  struct IdleTick {};
+  std::variant<Deliver, Passivate, Returned, EntityDown, StopAll, IdleTick> v;
 };
 
 template <class B>
@@ -332,30 +337,33 @@ class EntityActor final : public Actor<EntityIn<B>> {
   using Shard = ShardIn<B>;
 
  public:
-  EntityActor(std::shared_ptr<RegistryCore<B>> core, ActorRef<Shard> shard, std::string id)
-      : core_(std::move(core)), shard_(std::move(shard)), id_(std::move(id)), behavior_(make_behavior()),
+  // The entity owns its id and a share of the core: a stopping shard's
+  // object is gone before its children have stopped. The spawn arguments
+  // (which the actor's cell keeps) hold the core weakly: the core holds
+  // references to the cells, and a strong one back would be a cycle.
+  EntityActor(const std::weak_ptr<RegistryCore<B>>& core, ActorRef<Shard> shard, std::string id)
+      : core_(core.lock()), shard_(std::move(shard)), id_(std::move(id)), behavior_(make_behavior()),
         state_(initial_state()) {}
 
   void on_start() {
     bump(core_->counters.incarnations_started);
     bump(core_->counters.active);
-    if (core_->settings.idle_timeout > Duration::zero()) {
-      last_activity_ = this->now();
-      this->start_timer(std::string(kIdleKey), core_->settings.idle_timeout, In{typename In::Idle{}});
-    }
-    auto self = this->self();
-    core_->journal->recover(pid(), [self](Result<Recovery> r) {
-      self.tell(In{typename In::Recovered{std::move(r)}});
-    });
+    last_activity_ = this->now();
+    start_recovery();
   }
 
-  void on_stop() { core_->counters.active.fetch_sub(1, std::memory_order_relaxed); }
+  void on_stop() {
+    core_->counters.active.fetch_sub(1, std::memory_order_relaxed);
+    // Every way an incarnation ends comes through here; the shard then
+    // frees the id's slot or starts the next incarnation for what waits.
+    if (!shard_.terminated()) (void)shard_.tell(Shard{typename Shard::EntityDown{id_, AnyRef(this->self())}});
+  }
 
   void receive(In& m) {
     if (m.v.index() != kIdleIndex) last_activity_ = this->now();
     std::visit(overloaded{
                    [&](Command& c) { intake(std::move(c)); },
-                   [&](typename In::Recovered& r) { on_recovered(std::move(r.result)); },
+                   [&](typename In::Recovered& r) { on_recovered(std::move(*r.result)); },
                    [&](typename In::Appended& a) { on_appended(std::move(a.result)); },
                    [&](typename In::Deadline& d) { on_deadline(d.episode); },
                    [&](typename In::StopRequest& s) { on_stop_request(s.shutdown); },
@@ -371,6 +379,13 @@ class EntityActor final : public Actor<EntityIn<B>> {
   std::string pid() const { return core_->settings.type_name + "|" + id_; }
   void log(std::string_view what) const {
     if (core_->settings.log) entity_log(core_->settings.type_name, id_, what);
+  }
+
+  void start_recovery() {
+    auto self = this->self();
+    core_->journal->recover(pid(), [self](Result<Recovery> r) {
+      self.tell(In{typename In::Recovered{std::make_unique<Result<Recovery>>(std::move(r))}});
+    });
   }
 
   B make_behavior() {
@@ -411,7 +426,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
   // Every command enters here, in arrival order.
   void intake(Command&& c) {
     if (phase_ == Phase::failed) {
-      core_->fail_command(c, recovery_error_);
+      core_->fail_command(c, *recovery_error_);
       return;
     }
     if (pending_size() >= core_->settings.stash_capacity) {
@@ -593,8 +608,20 @@ class EntityActor final : public Actor<EntityIn<B>> {
       arm_deadline();
     }
     finish_effect(*eff);
+    if (inflight_timeout_) timeout_hook();
     maybe_snapshot();
     resume();
+  }
+
+  void timeout_hook() {
+    if constexpr (requires(B& b, const State& st, EntityContext<B>& c) { b.on_processing_timeout(st, c); }) {
+      try {
+        behavior_.on_processing_timeout(std::as_const(state_), ctx_);
+      } catch (const std::exception& ex) {
+        bump(core_->counters.handler_failures);
+        log(std::string("on_processing_timeout threw: ") + ex.what());
+      }
+    }
   }
 
   // The events are stored but folding them threw, so the state in memory is
@@ -612,10 +639,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
     seq_ = 0;
     state_ = initial_state();
     phase_ = Phase::recovering;
-    auto self = this->self();
-    core_->journal->recover(pid(), [self](Result<Recovery> r) {
-      self.tell(In{typename In::Recovered{std::move(r)}});
-    });
+    start_recovery();
   }
 
   void on_append_failed(Error e, Eff& eff) {
@@ -749,9 +773,10 @@ class EntityActor final : public Actor<EntityIn<B>> {
   void fail_recovery(Error cause) {
     phase_ = Phase::failed;
     bump(core_->counters.recovery_failures);
-    recovery_error_ = Error(ErrorCode::recovery_failed, "entity '" + pid() + "' cannot recover: " + cause.to_string());
-    log(recovery_error_.message());
-    fail_all(recovery_error_);
+    recovery_error_ = std::make_unique<Error>(ErrorCode::recovery_failed,
+                                              "entity '" + pid() + "' cannot recover: " + cause.to_string());
+    log(recovery_error_->message());
+    fail_all(*recovery_error_);
     try_finish_stop();
   }
 
@@ -773,17 +798,13 @@ class EntityActor final : public Actor<EntityIn<B>> {
     if (shard_.tell(Shard{typename Shard::Passivate{id_, AnyRef(this->self())}}) != Delivery::delivered) stop_now();
   }
 
-  // The idle timer (E5): a single timer re-armed for the rest of the idle
-  // period, so a busy entity costs no timer work per message.
+  // The shard saw no command for this entity for the idle timeout (E5); the
+  // entity itself also saw nothing (replies to its asks, its own timers) and
+  // is not busy, so it may go.
   void on_idle() {
-    Duration idle = core_->settings.idle_timeout;
     Duration quiet = this->now() - last_activity_;
     bool busy = in_processing_ || persisting_ || !stash_.empty() || pending_size();
-    if (quiet >= idle && !busy) {
-      ask_to_stop();
-      return;
-    }
-    if (!stop_asked_) this->start_timer(std::string(kIdleKey), quiet >= idle ? idle : idle - quiet, In{typename In::Idle{}});
+    if (quiet >= core_->settings.idle_timeout && !busy) ask_to_stop();
   }
 
   void on_stop_request(bool shutdown) {
@@ -813,7 +834,6 @@ class EntityActor final : public Actor<EntityIn<B>> {
   void stop_now() { this->stop(); }
 
   static constexpr std::string_view kDeadlineKey = "troupe.processing";
-  static constexpr std::string_view kIdleKey = "troupe.idle";
   static constexpr std::size_t kIdleIndex = 5;  // EntityIn::Idle's index in the variant
 
   std::shared_ptr<RegistryCore<B>> core_;
@@ -835,7 +855,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
   std::vector<Command> stash_;
   std::unique_ptr<Eff> inflight_;
   std::int64_t inflight_ts_ = 0;
-  Error recovery_error_;
+  std::unique_ptr<Error> recovery_error_;
   TimePoint last_activity_{};
   Phase phase_ = Phase::recovering;
   bool persisting_ = false;
@@ -845,8 +865,25 @@ class EntityActor final : public Actor<EntityIn<B>> {
   bool stop_requested_ = false;
 };
 
+// Ticks a shard's idle sweep. A periodic timer needs a copyable message,
+// which a shard's (carrying commands with reply targets) is not.
+template <class B>
+class ShardTicker final : public Actor<std::monostate> {
+ public:
+  ShardTicker(ActorRef<ShardIn<B>> shard, Duration every) : shard_(std::move(shard)), every_(every) {}
+  void on_start() { (void)this->start_periodic_timer("tick", every_, std::monostate{}); }
+  void receive(std::monostate&) { (void)shard_.tell(ShardIn<B>{typename ShardIn<B>::IdleTick{}}); }
+
+ private:
+  ActorRef<ShardIn<B>> shard_;
+  Duration every_;
+};
+
 // Routes ids to entity actors: starts them on demand, buffers for an id
-// while its incarnation stops, restarts it when commands are waiting.
+// while its incarnation stops, restarts it when commands are waiting, and
+// finds idle entities (E5). Idle detection lives here, one periodic sweep
+// per shard, rather than in a timer per entity: an entity then needs no
+// timer state at all unless it is processing.
 template <class B>
 class EntityShard final : public Actor<ShardIn<B>> {
   using In = ShardIn<B>;
@@ -854,7 +891,8 @@ class EntityShard final : public Actor<ShardIn<B>> {
   using EIn = EntityIn<B>;
 
  public:
-  explicit EntityShard(std::shared_ptr<RegistryCore<B>> core) : core_(std::move(core)) {}
+  // Weak in the spawn arguments for the same reason as EntityActor's.
+  explicit EntityShard(const std::weak_ptr<RegistryCore<B>>& core) : core_(core.lock()) {}
 
   void receive(In& m) {
     std::visit(overloaded{
@@ -863,8 +901,17 @@ class EntityShard final : public Actor<ShardIn<B>> {
                    [&](typename In::Returned& r) { returned(std::move(r.id), std::move(r.cmds)); },
                    [&](typename In::EntityDown& d) { down(d.id, d.who); },
                    [&](typename In::StopAll&) { stop_all(); },
+                   [&](typename In::IdleTick&) { sweep(); },
                },
                m.v);
+  }
+
+  void on_start() {
+    Duration idle = core_->settings.idle_timeout;
+    if (idle <= Duration::zero()) return;
+    // An entity is passivated within idle_timeout * 1.125 of its last command.
+    Duration every = std::max<Duration>(idle / 8, std::chrono::milliseconds(1));
+    this->template spawn<ShardTicker<B>>(this->self(), every);
   }
 
   void on_stop() {
@@ -879,6 +926,7 @@ class EntityShard final : public Actor<ShardIn<B>> {
  private:
   struct Slot {
     ActorRef<EIn> ref;
+    TimePoint last_command{};
     bool stopping = false;
     std::vector<Command> buffer;
   };
@@ -891,11 +939,20 @@ class EntityShard final : public Actor<ShardIn<B>> {
       return;
     }
     auto [it, fresh] = slots_.try_emplace(std::move(id));
-    if (fresh) start(it);
+    if (fresh) {
+      it->second.buffer.push_back(std::move(cmd));
+      if (start(it)) {
+        flush(it->second);
+      } else {
+        slots_.erase(it);
+      }
+      return;
+    }
     forward(it->second, std::move(cmd));
   }
 
   void forward(Slot& s, Command&& cmd) {
+    if (core_->settings.idle_timeout > Duration::zero()) s.last_command = this->now();
     if (s.stopping || !s.ref) {
       s.buffer.push_back(std::move(cmd));
       return;
@@ -905,20 +962,27 @@ class EntityShard final : public Actor<ShardIn<B>> {
     (void)s.ref.tell(EIn{std::move(cmd)});
   }
 
-  void start(typename Map::iterator it) {
+  // Starts an incarnation for the slot; false (its buffer answered with the
+  // error) if it could not be started.
+  bool start(typename Map::iterator it) {
     Slot& s = it->second;
     s.stopping = false;
-    SpawnOptions o;
-    // A throwing handler restarts the incarnation in place (recovering from
-    // the journal); its mailbox, and so every later command, is kept.
-    o.supervision = Supervision::restart(RestartPolicy{Duration::zero(), std::chrono::seconds(1), 2.0, 10,
-                                                       std::chrono::seconds(60)});
-    s.ref = this->template spawn<EntityActor<B>>(o, core_, this->self(), it->first);
+    // The entity runtime answers handler exceptions itself, so supervision
+    // (stop) only sees what it cannot: then the incarnation stops, tells us
+    // from on_stop, and the next command starts a fresh one.
+    try {
+      s.ref = this->template spawn<EntityActor<B>>(std::weak_ptr<RegistryCore<B>>(core_), this->self(), it->first);
+    } catch (const std::exception& ex) {
+      s.ref = {};
+      fail_buffer(s, Error(ErrorCode::handler_failed, "entity '" + core_->settings.type_name + "|" + it->first +
+                                                          "' cannot start: " + ex.what()));
+      return false;
+    }
     if (!s.ref) {
       fail_buffer(s, Error(ErrorCode::shutting_down, "the actor system is shutting down"));
-      return;
+      return false;
     }
-    this->watch(s.ref, [id = it->first](const Down& d) { return In{typename In::EntityDown{id, d.actor}}; });
+    return true;
   }
 
   void passivate(const std::string& id, const AnyRef& who) {
@@ -943,8 +1007,11 @@ class EntityShard final : public Actor<ShardIn<B>> {
       return;
     }
     if (fresh) {
-      start(it);
-      flush(s);
+      if (start(it)) {
+        flush(s);
+      } else {
+        slots_.erase(it);
+      }
     }
   }
 
@@ -958,14 +1025,29 @@ class EntityShard final : public Actor<ShardIn<B>> {
       finish_if_done();
       return;
     }
-    start(it);  // commands are waiting: the next incarnation recovers and takes them (E5)
-    flush(s);
+    // Commands are waiting: the next incarnation recovers and takes them (E5).
+    if (start(it)) {
+      flush(s);
+    } else {
+      slots_.erase(it);
+      finish_if_done();
+    }
   }
 
   void flush(Slot& s) {
     auto buf = std::move(s.buffer);
     s.buffer.clear();
     for (auto& c : buf) forward(s, std::move(c));
+  }
+
+  // Asks every entity that got no command for the idle timeout whether it
+  // is idle too; a busy one declines and is asked again at the next sweep.
+  void sweep() {
+    TimePoint t = this->now();
+    Duration idle = core_->settings.idle_timeout;
+    for (auto& [id, s] : slots_) {
+      if (!s.stopping && s.ref && t - s.last_command >= idle) (void)s.ref.tell(EIn{typename EIn::Idle{}});
+    }
   }
 
   void stop_all() {
@@ -1047,7 +1129,7 @@ class EntityRegistry {
     core->factory = std::move(factory);
     core->shards.reserve(core->settings.shards);
     for (std::size_t i = 0; i < core->settings.shards; ++i) {
-      auto ref = system.spawn<detail::EntityShard<B>>(core);
+      auto ref = system.spawn<detail::EntityShard<B>>(std::weak_ptr<detail::RegistryCore<B>>(core));
       if (!ref) return Error(ErrorCode::shutting_down, "the actor system is shutting down");
       core->shards.push_back(std::move(ref));
     }
