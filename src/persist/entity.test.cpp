@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,7 +46,7 @@ class Entities : public ::testing::Test {
     gateway = std::make_unique<testkit::TestProbe<GatewayRequest>>(*system, "gateway");
     auto gw = gateway->ref();
     auto r = EntityRegistry<Pay>::start(
-        *system, journal, s ? *s : default_settings(), pay_codecs(),
+        *system, journal_ref ? journal_ref : journal, s ? *s : default_settings(), pay_codecs(),
         [gw, t = processing_timeout](const std::string&) { return Pay{gw, t}; }, std::move(snaps));
     ASSERT_TRUE(r.ok()) << r.error().to_string();
     reg.emplace(std::move(*r));
@@ -84,6 +87,7 @@ class Entities : public ::testing::Test {
 
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
   std::shared_ptr<MemoryJournal> journal = std::make_shared<MemoryJournal>();
+  std::shared_ptr<Journal> journal_ref;  // another back end, when a test sets one
   Duration processing_timeout = 15s;
   std::unique_ptr<ActorSystem> system;
   std::unique_ptr<testkit::TestProbe<GatewayRequest>> gateway;
@@ -172,6 +176,37 @@ TEST_F(Entities, E1_a_live_processing_episode_times_out_at_its_timeout) {
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 2u);
   EXPECT_EQ((*events)[1].type, "TimedOut");  // E3: the timeout is an event in the log
+}
+
+// proves: E1, E7
+TEST_F(Entities, E1_on_sqlite_a_settling_payment_survives_the_crash_and_times_out_at_once_after_reopening) {
+  auto dir = std::filesystem::temp_directory_path() / ("troupe-entity-sqlite-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto open = [&] {
+    SqliteJournalOptions o;
+    o.path = (dir / "journal.db").string();
+    auto j = SqliteJournal::open(o);
+    EXPECT_TRUE(j.ok()) << j.error().to_string();
+    return std::shared_ptr<Journal>(std::move(*j));
+  };
+  crash();
+  journal_ref = open();
+  boot();
+  {
+    auto req = settle_payment("p1", 42);  // acknowledged: Accepted is durable
+    crash();
+  }
+  journal_ref.reset();  // the process is gone: close the database
+  journal_ref = open();
+  clock->set_wall(clock->wall_now() + 1h);
+  boot();
+  EXPECT_EQ(state_of("p1"), "settling amount=42 notes=0 timeouts=0");
+  advance(0ms);
+  EXPECT_EQ(state_of("p1"), "failed amount=42 notes=0 timeouts=1");
+  crash();
+  journal_ref.reset();
+  std::filesystem::remove_all(dir);
 }
 
 // --- E2 ---------------------------------------------------------------------------
