@@ -236,6 +236,15 @@ struct RegistryCore {
   }
 };
 
+// The registry core for a new shard or entity. Their spawners hold it, so it
+// is always there; the check keeps that assumption out of every use.
+template <class B>
+std::shared_ptr<RegistryCore<B>> lock_core(const std::weak_ptr<RegistryCore<B>>& w) {
+  auto c = w.lock();
+  if (!c) throw std::logic_error("entity registry already destroyed");
+  return c;
+}
+
 // Messages into an entity actor.
 template <class B>
 struct EntityIn {
@@ -342,7 +351,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
   // (which the actor's cell keeps) hold the core weakly: the core holds
   // references to the cells, and a strong one back would be a cycle.
   EntityActor(const std::weak_ptr<RegistryCore<B>>& core, ActorRef<Shard> shard, std::string id)
-      : core_(core.lock()), shard_(std::move(shard)), id_(std::move(id)), behavior_(make_behavior()),
+      : core_(lock_core(core)), shard_(std::move(shard)), id_(std::move(id)), behavior_(make_behavior()),
         state_(initial_state()) {}
 
   void on_start() {
@@ -892,7 +901,7 @@ class EntityShard final : public Actor<ShardIn<B>> {
 
  public:
   // Weak in the spawn arguments for the same reason as EntityActor's.
-  explicit EntityShard(const std::weak_ptr<RegistryCore<B>>& core) : core_(core.lock()) {}
+  explicit EntityShard(const std::weak_ptr<RegistryCore<B>>& core) : core_(lock_core(core)) {}
 
   void receive(In& m) {
     std::visit(overloaded{

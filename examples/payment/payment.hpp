@@ -1,0 +1,348 @@
+#pragma once
+// The payment entity: one payment, settled once through the settlement
+// gateway, event-sourced in a troupe journal.
+//
+//   WaitingForRequest --Settle--> Settling --approved--------> Completed --Cancel--> Cancelled (refund)
+//          |                         |------declined / error--> Failed
+//          |                         `------deadline ---------> Failed (timed out)
+//          `--Cancel--> Cancelled
+//
+// Settling is a *processing* state: the payment waits for the gateway and
+// holds back every other request for it. The well-known pitfalls of such a
+// state are the runtime's job here, through troupe::Processing:
+//  - the deadline counts from the stored SettlementAccepted event, so a
+//    payment recovered in Settling after a crash times out at once if its
+//    time is up, not a full timeout after the restart (E1);
+//  - only the current episode's deadline is ever handled (E2);
+//  - the deadline stores SettlementTimedOut, which leaves Settling (E3);
+//  - the deadline is cancelled when the gateway answers first (E4);
+//  - a graceful stop waits for the episode to end (E6).
+// Commands that arrive while Settling (a Cancel, a retried Settle) are
+// stashed and handled, in order, once the episode has ended.
+//
+// Cancel. In WaitingForRequest it cancels the payment. In Settling it waits
+// for the outcome. After Completed it is a refund: the payment moves to
+// Cancelled with the refunded amount (the refund is recorded; sending it to
+// the gateway is out of this example's scope). After Failed there is nothing
+// to undo: the current status is the answer.
+//
+// Settle is idempotent per payment id: a retry with the same order and amount
+// gets the outcome (at once, or when the episode in progress ends); one with
+// a different order or amount is refused.
+//
+// The client's Settle waits for the outcome, not for the acceptance. Its
+// reply target cannot be persisted, so the behaviour object keeps it and
+// answers it when the episode ends: on the gateway's answer, or in
+// on_processing_timeout. After a crash that reply target is gone (the client
+// saw its request fail); the client asks again and gets the stored outcome.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "gateway.hpp"
+#include "troupe/core.hpp"
+
+#include "troupe/persist.hpp"
+
+namespace payment {
+
+enum class Phase : std::uint8_t { waiting_for_request, settling, completed, failed, cancelled };
+enum class Failure : std::uint8_t { none, declined, timed_out, gateway_error };
+
+inline const char* to_string(Phase p) {
+  switch (p) {
+    case Phase::waiting_for_request: return "WaitingForRequest";
+    case Phase::settling: return "Settling";
+    case Phase::completed: return "Completed";
+    case Phase::failed: return "Failed";
+    case Phase::cancelled: return "Cancelled";
+  }
+  return "?";
+}
+
+inline const char* to_string(Failure f) {
+  switch (f) {
+    case Failure::none: return "none";
+    case Failure::declined: return "declined";
+    case Failure::timed_out: return "timed out";
+    case Failure::gateway_error: return "gateway error";
+  }
+  return "?";
+}
+
+// --- state ---------------------------------------------------------------------
+
+// One payment's state, rebuilt from its events. Value type.
+struct PaymentState {
+  Phase phase = Phase::waiting_for_request;
+  Failure failure = Failure::none;
+  std::string order_id;
+  std::int64_t amount = 0;          // minor units (cents)
+  std::int64_t accepted_at_ms = 0;  // wall clock, ms since the epoch
+  std::string detail;               // authorisation code, or why it failed
+  std::int64_t refunded = 0;
+};
+
+// What every command that asks about a payment gets back. Value type.
+struct PaymentStatus {
+  PaymentState state;
+  std::uint64_t events = 0;  // events stored for this payment so far
+};
+
+// --- commands ------------------------------------------------------------------
+
+// Settle `amount` for `order_id`; answered with the outcome (Completed or Failed).
+struct Settle {
+  std::string order_id;
+  std::int64_t amount = 0;
+  troupe::ReplyTo<PaymentStatus> reply_to;
+};
+// Cancel the payment, or refund it once completed; answered with the new status.
+struct Cancel {
+  troupe::ReplyTo<PaymentStatus> reply_to;
+};
+// The current status, at once, even while Settling (a read never waits).
+struct GetStatus {
+  troupe::ReplyTo<PaymentStatus> reply_to;
+};
+// The gateway's answer, or why the ask to it failed. Sent by the entity's own ask.
+struct GatewayAnswered {
+  troupe::Result<GatewayReply> answer;
+};
+// The payment is finished: free its memory (it recovers on the next command).
+struct Rest {};
+
+using Command = std::variant<Settle, Cancel, GetStatus, GatewayAnswered, Rest>;
+
+// --- events: each carries what recovery needs to rebuild the state --------------
+
+struct SettlementAccepted {
+  std::string order_id;
+  std::int64_t amount = 0;
+  std::int64_t accepted_at_ms = 0;
+};
+struct SettlementSucceeded {
+  std::string authorization;
+};
+struct SettlementDeclined {
+  std::string reason;
+};
+struct SettlementFailed {  // the ask to the gateway failed (e.g. it had stopped)
+  std::string reason;
+};
+struct SettlementTimedOut {  // stored by the runtime at the processing deadline
+  std::int64_t timeout_ms = 0;
+};
+struct PaymentCancelled {
+  std::int64_t refunded = 0;  // 0 when cancelled before settling
+};
+
+using Event = std::variant<SettlementAccepted, SettlementSucceeded, SettlementDeclined, SettlementFailed,
+                           SettlementTimedOut, PaymentCancelled>;
+
+// --- the behaviour -------------------------------------------------------------------
+
+// The payment's behaviour: one object per entity incarnation, built by the
+// registry's factory. Owns the reply target of the client waiting for the
+// current settlement. Used only from its entity's handlers (one at a time).
+class Payment {
+ public:
+  using Command = payment::Command;
+  using Event = payment::Event;
+  using State = PaymentState;
+  using Effect = troupe::Effect<Event, State>;
+  using Context = troupe::EntityContext<Payment>;
+
+  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::Duration processing_timeout)
+      : gateway_(std::move(gateway)), processing_timeout_(processing_timeout) {}
+
+  Effect on_command(const State& s, Command& c, Context& ctx) {
+    return troupe::match(
+        c, [&](Settle& m) { return on_settle(s, m, ctx); }, [&](Cancel& m) { return on_cancel(s, m, ctx); },
+        [&](GetStatus& m) { return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()}); },
+        [&](GatewayAnswered& m) { return on_gateway_answer(s, m, ctx); },
+        [&](Rest&) { return Effect::passivate(); });
+  }
+
+  void on_event(State& s, const Event& e) const {
+    troupe::match(
+        e,
+        [&](const SettlementAccepted& a) {
+          s.phase = Phase::settling;
+          s.order_id = a.order_id;
+          s.amount = a.amount;
+          s.accepted_at_ms = a.accepted_at_ms;
+        },
+        [&](const SettlementSucceeded& x) {
+          s.phase = Phase::completed;
+          s.detail = x.authorization;
+        },
+        [&](const SettlementDeclined& x) { fail(s, Failure::declined, x.reason); },
+        [&](const SettlementFailed& x) { fail(s, Failure::gateway_error, x.reason); },
+        [&](const SettlementTimedOut& x) {
+          fail(s, Failure::timed_out, "no answer from the gateway within " + std::to_string(x.timeout_ms) + " ms");
+        },
+        [&](const PaymentCancelled& x) {
+          s.phase = Phase::cancelled;
+          s.refunded = x.refunded;
+        });
+  }
+
+  // Settling is the processing state; its deadline stores SettlementTimedOut.
+  std::optional<troupe::Processing<Event>> processing(const State& s) const {
+    if (s.phase != Phase::settling) return std::nullopt;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(processing_timeout_).count();
+    return troupe::Processing<Event>{processing_timeout_, SettlementTimedOut{ms}};
+  }
+
+  // The deadline ended the episode (SettlementTimedOut is stored): answer the
+  // client that waited for it, then rest like any finished payment.
+  void on_processing_timeout(const State& s, Context& ctx) {
+    answer_client(s, ctx);
+    ctx.tell_self(Rest{});
+  }
+
+ private:
+  Effect on_settle(const State& s, Settle& m, Context& ctx) {
+    switch (s.phase) {
+      case Phase::waiting_for_request: {
+        if (m.order_id.empty() || m.amount <= 0)
+          return Effect::reject(m.reply_to, troupe::Error(troupe::ErrorCode::invalid_argument,
+                                                          "a settlement needs an order id and a positive amount"));
+        // Answered when the episode ends, not now (see the file comment).
+        client_ = std::move(m.reply_to);
+        auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.wall_now().time_since_epoch());
+        return Effect::persist(SettlementAccepted{m.order_id, m.amount, now_ms.count()})
+            .then([this, &ctx](const State& st) { ask_gateway(st, ctx); });
+      }
+      case Phase::settling:
+        // One settlement at a time: a retry waits for the outcome.
+        return Effect::stash();
+      case Phase::completed:
+      case Phase::failed:
+      case Phase::cancelled:
+        if (m.order_id != s.order_id || m.amount != s.amount)
+          return Effect::reject(m.reply_to, troupe::Error(troupe::ErrorCode::invalid_argument,
+                                                          "payment already used for order '" + s.order_id + "'"));
+        return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // idempotent retry
+    }
+    return Effect::none();
+  }
+
+  Effect on_cancel(const State& s, Cancel& m, Context& ctx) {
+    auto reply = [&ctx](const State& st) { return PaymentStatus{st, ctx.last_seq()}; };
+    switch (s.phase) {
+      case Phase::waiting_for_request:
+        return Effect::persist(PaymentCancelled{0}).then_reply(m.reply_to, reply).then_passivate();
+      case Phase::settling:
+        return Effect::stash();  // what a cancel means depends on the outcome
+      case Phase::completed:
+        return Effect::persist(PaymentCancelled{s.amount}).then_reply(m.reply_to, reply).then_passivate();
+      case Phase::failed:
+      case Phase::cancelled:
+        return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // nothing to undo
+    }
+    return Effect::none();
+  }
+
+  Effect on_gateway_answer(const State& s, GatewayAnswered& m, Context& ctx) {
+    // An answer after the deadline: the episode has already ended as timed
+    // out, and that is what is stored. (A real system would reconcile.)
+    if (s.phase != Phase::settling) return Effect::none();
+    Effect e = [&] {
+      if (!m.answer.ok()) return Effect::persist(SettlementFailed{m.answer.error().to_string()});
+      if (!m.answer->approved) return Effect::persist(SettlementDeclined{m.answer->code});
+      return Effect::persist(SettlementSucceeded{m.answer->code});
+    }();
+    // A finished payment rarely hears from its client again: free it.
+    return std::move(e).then([this, &ctx](const State& st) { answer_client(st, ctx); }).then_passivate();
+  }
+
+  void ask_gateway(const State& s, Context& ctx) {
+    // The ask's own timeout is longer than the processing timeout, so the
+    // entity's deadline (stored, recoverable) is what ends a hung request;
+    // the ask's timeout then lands after the episode and is ignored.
+    ctx.ask<GatewayReply>(
+        gateway_,
+        [&](troupe::ReplyTo<GatewayReply> r) {
+          return GatewayRequest{ctx.id(), s.order_id, s.amount, std::move(r)};
+        },
+        processing_timeout_ + std::chrono::seconds(1),
+        [](troupe::Result<GatewayReply> r) { return GatewayAnswered{std::move(r)}; });
+  }
+
+  void answer_client(const State& s, Context& ctx) {
+    if (client_.pending()) client_.reply(PaymentStatus{s, ctx.last_seq()});
+  }
+
+  static void fail(State& s, Failure f, std::string why) {
+    s.phase = Phase::failed;
+    s.failure = f;
+    s.detail = std::move(why);
+  }
+
+  troupe::ActorRef<GatewayMsg> gateway_;
+  troupe::Duration processing_timeout_;
+  troupe::ReplyTo<PaymentStatus> client_;  // the Settle waiting for this episode's outcome
+};
+
+// --- codecs: every event as bytes, and back ------------------------------------------
+
+inline troupe::EventCodecs<Event> payment_codecs() {
+  using troupe::ByteReader;
+  using troupe::ByteWriter;
+  using troupe::Result;
+  troupe::EventCodecs<Event> c;
+  c.add<SettlementAccepted>(
+      "SettlementAccepted", 1,
+      [](const SettlementAccepted& e, ByteWriter& w) { w.str(e.order_id).i64(e.amount).i64(e.accepted_at_ms); },
+      [](std::uint32_t, ByteReader& r) -> Result<SettlementAccepted> {
+        SettlementAccepted e;
+        e.order_id = r.str();
+        e.amount = r.i64();
+        e.accepted_at_ms = r.i64();
+        return r.finish(std::move(e));
+      });
+  c.add<SettlementSucceeded>(
+      "SettlementSucceeded", 1, [](const SettlementSucceeded& e, ByteWriter& w) { w.str(e.authorization); },
+      [](std::uint32_t, ByteReader& r) -> Result<SettlementSucceeded> {
+        SettlementSucceeded e;
+        e.authorization = r.str();
+        return r.finish(std::move(e));
+      });
+  c.add<SettlementDeclined>(
+      "SettlementDeclined", 1, [](const SettlementDeclined& e, ByteWriter& w) { w.str(e.reason); },
+      [](std::uint32_t, ByteReader& r) -> Result<SettlementDeclined> {
+        SettlementDeclined e;
+        e.reason = r.str();
+        return r.finish(std::move(e));
+      });
+  c.add<SettlementFailed>(
+      "SettlementFailed", 1, [](const SettlementFailed& e, ByteWriter& w) { w.str(e.reason); },
+      [](std::uint32_t, ByteReader& r) -> Result<SettlementFailed> {
+        SettlementFailed e;
+        e.reason = r.str();
+        return r.finish(std::move(e));
+      });
+  c.add<SettlementTimedOut>(
+      "SettlementTimedOut", 1, [](const SettlementTimedOut& e, ByteWriter& w) { w.i64(e.timeout_ms); },
+      [](std::uint32_t, ByteReader& r) -> Result<SettlementTimedOut> {
+        SettlementTimedOut e;
+        e.timeout_ms = r.i64();
+        return r.finish(std::move(e));
+      });
+  c.add<PaymentCancelled>(
+      "PaymentCancelled", 1, [](const PaymentCancelled& e, ByteWriter& w) { w.i64(e.refunded); },
+      [](std::uint32_t, ByteReader& r) -> Result<PaymentCancelled> {
+        PaymentCancelled e;
+        e.refunded = r.i64();
+        return r.finish(std::move(e));
+      });
+  return c;
+}
+
+}  // namespace payment
