@@ -14,8 +14,13 @@
 // A SqliteJournal is used by one process at a time: open() takes an
 // exclusive advisory lock on "<path>.lock" and fails if another process holds
 // it. Thread-safe; owned through the shared_ptr open() returns. Destroying it
-// commits everything already queued, fails later calls with journal_failed
-// and joins its threads.
+// commits everything already queued, runs every callback, fails later calls
+// with journal_failed and joins its threads. It may be destroyed from one of
+// its own callbacks: the destructor then returns at once and that thread
+// finishes the queue and releases the file as it exits.
+//
+// Sequence numbers are stored as SQLite INTEGERs: above INT64_MAX an append
+// or snapshot is invalid_argument.
 
 #include <cstddef>
 #include <memory>
@@ -38,7 +43,8 @@ enum class Durability {
 struct SqliteJournalOptions {
   std::string path;                    // database file; created if missing
   Durability durability = Durability::full;
-  std::size_t max_batch_events = 16384;  // per transaction
+  std::size_t max_batch_events = 16384;  // per transaction (a delete or snapshot counts as one;
+                                         // a larger single batch still goes whole into one)
   unsigned reader_threads = 2;
   int busy_timeout_ms = 5000;
 };
