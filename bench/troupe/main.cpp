@@ -11,8 +11,15 @@
 #include <variant>
 #include <vector>
 
+#include "common/journal_append.hpp"
 #include "common/report.hpp"
 #include "troupe/core.hpp"
+
+namespace troupe_bench {
+void journal_append(long entities);  // journal_append.cpp
+void recovery();                     // entities.cpp
+void entity_memory();                // entities.cpp
+}  // namespace troupe_bench
 
 namespace {
 
@@ -341,6 +348,12 @@ int main(int argc, char** argv) {
     ask_bench();
   } else if (w == "idle_memory") {
     idle_memory();
+  } else if (w == "recovery") {
+    troupe_bench::recovery();
+  } else if (w == "entity_memory") {
+    troupe_bench::entity_memory();
+  } else if (long entities = bench::journal_entities(w); entities > 0) {
+    troupe_bench::journal_append(entities);  // journal_append_1, _100, _10000
   } else {
     std::fprintf(stderr, "bench_troupe: unknown workload '%s'\n", w.c_str());
     return 2;
