@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "journal_test_support.hpp"
 #include "troupe/persist/journal.hpp"
 #include "troupe/persist/memory_journal.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
@@ -38,27 +39,12 @@ using troupe::Recovery;
 using troupe::Result;
 using troupe::SnapshotRecord;
 namespace js = troupe::journal_sync;
+using troupe::test::batch;
+using troupe::test::event;
+using troupe::test::range;
+using troupe::test::seqs;
+using troupe::test::TempDir;
 
-// A directory of its own under the system temp dir, removed with everything
-// in it when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "troupe-journal-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 // One back end under test, fresh for each test: owns the journal and
 // whatever it stores into. close() destroys the journal (its destructor
@@ -110,35 +96,9 @@ std::vector<BackEnd> back_ends() {
   };
 }
 
-EventRecord event(std::uint64_t seq, std::string payload = {}) {
-  EventRecord e;
-  e.seq = seq;
-  e.timestamp_ms = 1'700'000'000'000 + static_cast<std::int64_t>(seq);
-  e.type = "test.Event";
-  e.version = 1;
-  e.payload = payload.empty() ? "event " + std::to_string(seq) : std::move(payload);
-  return e;
-}
 
-// Events first..last (inclusive) for `id`, as one batch.
-AppendBatch batch(const std::string& id, std::uint64_t first, std::uint64_t last) {
-  AppendBatch b;
-  b.persistence_id = id;
-  for (std::uint64_t s = first; s <= last; ++s) b.events.push_back(event(s));
-  return b;
-}
 
-std::vector<std::uint64_t> seqs(const std::vector<EventRecord>& events) {
-  std::vector<std::uint64_t> out;
-  for (const auto& e : events) out.push_back(e.seq);
-  return out;
-}
 
-std::vector<std::uint64_t> range(std::uint64_t first, std::uint64_t last) {
-  std::vector<std::uint64_t> out;
-  for (std::uint64_t s = first; s <= last; ++s) out.push_back(s);
-  return out;
-}
 
 SnapshotRecord snapshot(std::uint64_t seq, std::string payload) {
   SnapshotRecord s;

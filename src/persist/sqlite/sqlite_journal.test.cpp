@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "../journal_test_support.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
 
 namespace {
@@ -45,56 +46,16 @@ using troupe::SnapshotRecord;
 using troupe::SqliteJournal;
 using troupe::SqliteJournalOptions;
 namespace js = troupe::journal_sync;
+using troupe::test::batch;
+using troupe::test::event;
+using troupe::test::range;
+using troupe::test::seqs;
+using troupe::test::TempDir;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "troupe-sqlite-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all, ec);
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
 
- private:
-  std::filesystem::path path_;
-};
 
-EventRecord event(std::uint64_t seq, std::string payload = {}) {
-  EventRecord e;
-  e.seq = seq;
-  e.timestamp_ms = 1000 + static_cast<std::int64_t>(seq);
-  e.type = "test.Event";
-  e.version = 3;
-  e.payload = payload.empty() ? "payload " + std::to_string(seq) : std::move(payload);
-  return e;
-}
 
-AppendBatch batch(const std::string& id, std::uint64_t first, std::uint64_t last) {
-  AppendBatch b;
-  b.persistence_id = id;
-  for (std::uint64_t s = first; s <= last; ++s) b.events.push_back(event(s));
-  return b;
-}
 
-std::vector<std::uint64_t> seqs(const std::vector<EventRecord>& events) {
-  std::vector<std::uint64_t> out;
-  for (const auto& e : events) out.push_back(e.seq);
-  return out;
-}
-
-std::vector<std::uint64_t> range(std::uint64_t first, std::uint64_t last) {
-  std::vector<std::uint64_t> out;
-  for (std::uint64_t s = first; s <= last; ++s) out.push_back(s);
-  return out;
-}
 
 // A direct connection to the journal's file, for garbling rows the way a
 // disk, a tool or a bug might.
