@@ -19,8 +19,25 @@ std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::journal_failed: return "journal_failed";
     case ErrorCode::corrupt_record: return "corrupt_record";
     case ErrorCode::recovery_failed: return "recovery_failed";
+    case ErrorCode::acquire_timeout: return "acquire_timeout";
+    case ErrorCode::lease_expired: return "lease_expired";
+    case ErrorCode::buffer_overflow: return "buffer_overflow";
   }
   return "unknown";
+}
+
+Error Error::from_exception(std::exception_ptr e, std::string_view context) {
+  std::string msg(context);
+  try {
+    if (e) std::rethrow_exception(e);
+    msg += ": no exception";
+  } catch (const std::exception& ex) {
+    msg += ": ";
+    msg += ex.what();
+  } catch (...) {
+    msg += ": a non-standard exception";
+  }
+  return Error(ErrorCode::handler_failed, std::move(msg), std::move(e));
 }
 
 std::string Error::to_string() const {

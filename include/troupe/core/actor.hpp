@@ -216,6 +216,35 @@ class ReplyTo {
 
 namespace detail {
 
+// A move-only callable for continuations (they may own move-only things such
+// as a Promise or a ReplyTo, which std::function cannot hold).
+template <class Sig>
+class UniqueFunction;
+template <class Ret, class... A>
+class UniqueFunction<Ret(A...)> {
+ public:
+  UniqueFunction() = default;
+  template <class F>
+    requires(!std::is_same_v<std::decay_t<F>, UniqueFunction> && std::is_invocable_r_v<Ret, F&, A...>)
+  UniqueFunction(F&& f) : impl_(std::make_unique<Impl<std::decay_t<F>>>(std::forward<F>(f))) {}  // NOLINT
+  explicit operator bool() const noexcept { return static_cast<bool>(impl_); }
+  Ret operator()(A... a) { return impl_->call(std::forward<A>(a)...); }
+
+ private:
+  struct Base {
+    virtual ~Base() = default;
+    virtual Ret call(A... a) = 0;
+  };
+  template <class F>
+  struct Impl final : Base {
+    template <class G>
+    explicit Impl(G&& g) : fn(std::forward<G>(g)) {}
+    Ret call(A... a) override { return fn(std::forward<A>(a)...); }
+    F fn;
+  };
+  std::unique_ptr<Base> impl_;
+};
+
 template <class R>
 class FutureAsk final : public AskBase<R> {
  public:
@@ -232,26 +261,54 @@ class FutureAsk final : public AskBase<R> {
     std::lock_guard lk(mu_);
     return ready_;
   }
+  // Runs k with the result exactly once: here and now if it is already
+  // there, else on the thread that completes it.
+  void on_complete(UniqueFunction<void(Result<R>)> k) {
+    std::unique_lock lk(mu_);
+    if (!ready_) {
+      k_ = std::move(k);
+      return;
+    }
+    lk.unlock();
+    run(k);
+  }
 
  private:
   void deliver() noexcept override {
-    std::lock_guard lk(mu_);
-    ready_ = true;
-    cv_.notify_all();
+    UniqueFunction<void(Result<R>)> k;
+    {
+      std::lock_guard lk(mu_);
+      ready_ = true;
+      k = std::move(k_);
+      cv_.notify_all();
+    }
+    if (k) run(k);
+  }
+  void run(UniqueFunction<void(Result<R>)>& k) noexcept {
+    try {
+      k(std::move(*this->result_));
+    } catch (...) {
+      // A continuation has nobody to report to; its exception is dropped
+      // rather than taking down the thread that completed the future.
+    }
   }
   std::mutex mu_;
   std::condition_variable cv_;
   bool ready_ = false;
+  UniqueFunction<void(Result<R>)> k_;
 };
 
 }  // namespace detail
 
-// The outcome of an ask made from outside any actor. Blocking; never use it
-// inside a handler (use Actor::ask with a continuation there). Move-only,
-// single consumer.
+// The outcome of an asynchronous operation: an ask made from outside any
+// actor, a keyed-lock block, a process, a job. Move-only, single consumer:
+// either block for it with get() (never inside a handler: use Actor::ask or
+// then() there), or hand it a continuation with then(). Completed from any
+// thread.
 template <class R>
 class Future {
  public:
+  using value_type = R;
   explicit Future(detail::FutureAsk<R>* st) : st_(st) {}
   Future(Future&& o) noexcept : st_(std::exchange(o.st_, nullptr)) {}
   Future& operator=(Future&& o) noexcept {
@@ -265,8 +322,66 @@ class Future {
   Result<R> get() { return st_->wait(); }
   bool wait_for(Duration d) { return st_->wait_for(d); }
   bool ready() { return st_->ready(); }
+  // Runs k(Result<R>) once with the outcome: at once on this thread if it is
+  // already there, else on the thread that completes it. Keep k short and
+  // non-blocking (it may run on a runtime thread); to continue inside an
+  // actor, have k tell that actor a message. An exception thrown by k is
+  // dropped. Consumes the future.
+  template <class K>
+    requires std::is_invocable_v<K&, Result<R>>
+  void then(K&& k) && {
+    auto* st = std::exchange(st_, nullptr);
+    st->on_complete(detail::UniqueFunction<void(Result<R>)>(std::forward<K>(k)));
+    st->release();
+  }
 
  private:
+  detail::FutureAsk<R>* st_;
+};
+
+// The producing side of a Future: complete it once with a value, an error or
+// an exception. Dropping a promise that was never completed completes its
+// future with no_reply, so a forgotten completion is never a silent hang.
+// Move-only; completion is thread-safe and the first one wins.
+template <class R>
+class Promise {
+ public:
+  Promise() : st_(new detail::FutureAsk<R>()) {}
+  Promise(Promise&& o) noexcept : st_(std::exchange(o.st_, nullptr)) {}
+  Promise& operator=(Promise&& o) noexcept {
+    if (this != &o) {
+      drop();
+      st_ = std::exchange(o.st_, nullptr);
+    }
+    return *this;
+  }
+  Promise(const Promise&) = delete;
+  Promise& operator=(const Promise&) = delete;
+  ~Promise() { drop(); }
+
+  // The future of this promise; call at most once.
+  Future<R> future() {
+    st_->retain();
+    return Future<R>(st_);
+  }
+  void set_value(R value) { st_->complete(Result<R>(std::move(value))); }
+  void set_error(Error e) { st_->complete(Result<R>(std::move(e))); }
+  void set_result(Result<R> r) { st_->complete(std::move(r)); }
+  // Completes with Error::from_exception(e, context), from which the
+  // consumer can rethrow the original exception.
+  void set_exception(std::exception_ptr e, std::string_view context = "the operation threw") {
+    st_->complete(Result<R>(Error::from_exception(std::move(e), context)));
+  }
+  // False once completed (by anyone) or after a move.
+  bool pending() const noexcept { return st_ && !st_->done(); }
+
+ private:
+  void drop() noexcept {
+    if (auto* s = std::exchange(st_, nullptr)) {
+      if (!s->done()) s->complete(Error(ErrorCode::no_reply, "promise dropped without a result"));
+      s->release();
+    }
+  }
   detail::FutureAsk<R>* st_;
 };
 

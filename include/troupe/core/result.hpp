@@ -7,6 +7,7 @@
 // Errors that cross a mailbox travel as these values, never as exceptions.
 
 #include <cassert>
+#include <exception>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -31,18 +32,36 @@ enum class ErrorCode : int {
   journal_failed = 10,  // the journal could not read or write (I/O, closed, full disk)
   corrupt_record = 11,  // a stored row or its bytes cannot be decoded
   recovery_failed = 12, // an entity could not recover its state; it refuses commands
+  acquire_timeout = 13, // a keyed lock was not granted within its wait time
+  lease_expired = 14,   // a keyed lock's holder ran past its lease; the lock passed on
+  buffer_overflow = 15, // a bounded buffer (process manager, job queue) is full; refused at once
 };
 
 std::string_view to_string(ErrorCode code) noexcept;
 
 // A code with a message. Cheap to move; the message is for people.
+// An error that stands for a user exception (a lock block, a process, a job
+// that threw) also carries the original exception object, so the caller can
+// rethrow it as it was thrown.
 class Error {
  public:
   Error() = default;
   Error(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  Error(ErrorCode code, std::string message, std::exception_ptr exception)
+      : code_(code), message_(std::move(message)), exception_(std::move(exception)) {}
+
+  // handler_failed carrying `e`; the message is `context` + ": " + what().
+  static Error from_exception(std::exception_ptr e, std::string_view context);
 
   ErrorCode code() const noexcept { return code_; }
   const std::string& message() const noexcept { return message_; }
+
+  // The user exception this error stands for, or null.
+  const std::exception_ptr& exception() const noexcept { return exception_; }
+  // Rethrows that exception, unchanged, if there is one; otherwise returns.
+  void rethrow_if_exception() const {
+    if (exception_) std::rethrow_exception(exception_);
+  }
 
   // "timeout: ask to 'counter' got no reply within 100ms"
   std::string to_string() const;
@@ -54,6 +73,7 @@ class Error {
  private:
   ErrorCode code_ = ErrorCode::ok;
   std::string message_;
+  std::exception_ptr exception_{};
 };
 
 // Either a value or an Error. Accessing the wrong side is a programming error:
