@@ -231,7 +231,7 @@ class UniqueFunction<Ret(A...)> {
   Ret operator()(A... a) { return impl_->call(std::forward<A>(a)...); }
 
  private:
-  struct Base {
+  struct Base : Pooled {
     virtual ~Base() = default;
     virtual Ret call(A... a) = 0;
   };
@@ -246,7 +246,7 @@ class UniqueFunction<Ret(A...)> {
 };
 
 template <class R>
-class FutureAsk final : public AskBase<R> {
+class FutureAsk final : public AskBase<R>, public Pooled {
  public:
   Result<R> wait() {
     std::unique_lock lk(mu_);
