@@ -136,7 +136,7 @@ struct LockShardMsg;
 // One lock request as a shard sees it. The typed part (block and promise)
 // lives in LockRequestImpl; the shard only moves requests between its
 // queues, so it needs no knowledge of the caller's types.
-class LockRequest {
+class LockRequest : public Pooled {
  public:
   explicit LockRequest(std::string k) : key(std::move(k)) {}
   virtual ~LockRequest() = default;
