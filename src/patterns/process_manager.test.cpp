@@ -234,7 +234,7 @@ class Processes : public troupe::testkit::ManualClockTest {
     return std::move(r).value();
   }
 
-  Future<int> run(const Manager& pm, Script s, int v) { return pm.run(board, s, v); }
+  Future<int> run(const Manager& pm, Script s, int v) { return pm.submit(board, s, v); }
 
   // Completes held processes until the manager holds nothing.
   void finish_everything(const Manager& pm) {
@@ -271,7 +271,7 @@ TEST_F(Processes, a_full_manager_refuses_at_once_with_buffer_overflow_naming_its
   EXPECT_NE(r.error().message().find("'orders'"), std::string::npos) << r.error().message();
   EXPECT_NE(r.error().message().find("2 running"), std::string::npos) << r.error().message();
   EXPECT_NE(r.error().message().find("3 waiting"), std::string::npos) << r.error().message();
-  auto refused_submit = pm.submit(board, Script::hold, 100);
+  auto refused_submit = pm.enqueue(board, Script::hold, 100);
   ASSERT_TRUE(refused_submit.ready());
   EXPECT_EQ(refused_submit.get().error().code(), ErrorCode::buffer_overflow);
   settle();
@@ -317,19 +317,19 @@ struct Echo : troupe::Actor<Go> {
 TEST_F(Processes, a_refused_request_leaves_its_arguments_untouched) {
   auto waiting = std::make_shared<std::vector<ProcessHandle<std::string>>>();
   auto pm = ProcessManager<Echo>::start(system, {.name = "echo", .max_running = 1, .buffer = 0}).value();
-  auto first = pm.run(waiting, std::string("hold"));
+  auto first = pm.submit(waiting, std::string("hold"));
   settle();
   ASSERT_EQ(waiting->size(), 1u);
 
   std::string text = "a long argument that would be moved from if it were consumed";
-  auto refused = pm.run(waiting, std::move(text));
+  auto refused = pm.submit(waiting, std::move(text));
   ASSERT_TRUE(refused.ready());
   EXPECT_EQ(refused.get().error().code(), ErrorCode::buffer_overflow);
   EXPECT_EQ(text, "a long argument that would be moved from if it were consumed");  // NOLINT: not moved from
 
   (*waiting)[0].complete("first");
   EXPECT_EQ(*await(first), "first");
-  auto second = pm.run(waiting, std::move(text));
+  auto second = pm.submit(waiting, std::move(text));
   EXPECT_EQ(*await(second), "a long argument that would be moved from if it were consumed");
   waiting->clear();
 }
@@ -344,7 +344,7 @@ TEST_F(Processes, the_bound_is_exact_under_many_concurrent_submitters) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kEach; ++i) {
-        auto f = pm.run(board, Script::hold, t * 1000 + i);
+        auto f = pm.submit(board, Script::hold, t * 1000 + i);
         per_thread[static_cast<std::size_t>(t)].push_back(std::move(f));
       }
     });
@@ -646,7 +646,7 @@ TEST_F(Processes, stopping_the_manager_answers_every_buffered_and_running_reques
                    }});
   std::vector<Future<int>> runs;
   for (int i = 0; i < 4; ++i) runs.push_back(run(pm, Script::hold, i));
-  auto submitted = pm.submit(board, Script::hold, 4);
+  auto submitted = pm.enqueue(board, Script::hold, 4);
   ProcessId id = *submitted.get();
   settle();
   EXPECT_EQ(pm.stats().running, 2u);
@@ -693,7 +693,7 @@ TEST_F(Processes, the_system_s_shutdown_answers_every_request) {
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().code(), ErrorCode::shutting_down);
   }
-  auto late = pm.submit(board, Script::hold, 3);
+  auto late = pm.enqueue(board, Script::hold, 3);
   ASSERT_TRUE(late.ready());
   EXPECT_EQ(late.get().error().code(), ErrorCode::shutting_down);
   EXPECT_EQ(board->live.load(), 0);
@@ -733,7 +733,7 @@ TEST_F(Processes, the_throttle_starts_exactly_the_permitted_number_per_second) {
 // proves: P3, X3
 TEST_F(Processes, the_throttle_allows_a_burst_after_an_idle_period_and_then_its_rate) {
   auto pm = start({.name = "bursty", .max_running = 100, .buffer = 100, .starts_per_second = 10, .burst = 3});
-  for (int i = 0; i < 5; ++i) (void)pm.submit(board, Script::complete_at_start, i);
+  for (int i = 0; i < 5; ++i) (void)pm.enqueue(board, Script::complete_at_start, i);
   settle();
   EXPECT_EQ(board->started_count(), 3u) << "a full bucket: three at once";
   advance(99ms);
@@ -744,7 +744,7 @@ TEST_F(Processes, the_throttle_allows_a_burst_after_an_idle_period_and_then_its_
   EXPECT_EQ(board->started_count(), 5u);
   // Idle long enough to refill the bucket: a burst again.
   advance(1s);
-  for (int i = 5; i < 10; ++i) (void)pm.submit(board, Script::complete_at_start, i);
+  for (int i = 5; i < 10; ++i) (void)pm.enqueue(board, Script::complete_at_start, i);
   settle();
   EXPECT_EQ(board->started_count(), 8u);
   advance_in_steps(200ms, 100ms);
@@ -778,7 +778,7 @@ TEST_F(Processes, a_throttled_manager_still_counts_waiting_requests_against_its_
 // --- P4: reply on acceptance or on completion ------------------------------------------
 
 // proves: P4
-TEST_F(Processes, run_answers_on_completion_and_submit_answers_on_acceptance) {
+TEST_F(Processes, submit_answers_on_completion_and_enqueue_answers_on_acceptance) {
   std::mutex mu;
   std::vector<std::pair<ProcessId, Result<int>>> outcomes;
   auto pm = start({.name = "replies",
@@ -788,13 +788,13 @@ TEST_F(Processes, run_answers_on_completion_and_submit_answers_on_acceptance) {
                      std::lock_guard lk(mu);
                      outcomes.emplace_back(id, r);
                    }});
-  auto accepted = pm.submit(board, Script::hold, 1);
-  ASSERT_TRUE(accepted.ready()) << "submit answers on acceptance, before the process even started";
+  auto accepted = pm.enqueue(board, Script::hold, 1);
+  ASSERT_TRUE(accepted.ready()) << "enqueue answers on acceptance, before the process even started";
   auto id = accepted.get();
   ASSERT_TRUE(id.ok());
   auto completed = run(pm, Script::hold, 2);
   settle();
-  EXPECT_FALSE(completed.ready()) << "run answers only when the process finished";
+  EXPECT_FALSE(completed.ready()) << "submit answers only when the process finished";
   EXPECT_EQ(board->handle_for(1).id(), *id);
   board->finish_held();
   settle();
@@ -808,7 +808,7 @@ TEST_F(Processes, run_answers_on_completion_and_submit_answers_on_acceptance) {
 }
 
 // proves: P4, P2
-TEST_F(Processes, submitted_processes_report_failures_with_their_exception_to_on_outcome) {
+TEST_F(Processes, enqueued_processes_report_failures_with_their_exception_to_on_outcome) {
   std::mutex mu;
   std::vector<std::pair<ProcessId, Result<int>>> outcomes;
   auto pm = start({.name = "reported",
@@ -818,9 +818,9 @@ TEST_F(Processes, submitted_processes_report_failures_with_their_exception_to_on
                      std::lock_guard lk(mu);
                      outcomes.emplace_back(id, r);
                    }});
-  auto a = *pm.submit(board, Script::throw_on_first_message, 1).get();
-  auto b = *pm.submit(board, Script::fail_on_first_message, 2).get();
-  auto c = *pm.submit(board, Script::complete_on_first_message, 3).get();
+  auto a = *pm.enqueue(board, Script::throw_on_first_message, 1).get();
+  auto b = *pm.enqueue(board, Script::fail_on_first_message, 2).get();
+  auto c = *pm.enqueue(board, Script::complete_on_first_message, 3).get();
   EXPECT_LT(a, b);
   EXPECT_LT(b, c);
   settle();
@@ -851,7 +851,7 @@ struct Chore : troupe::Actor<Go> {
 // proves: P4
 TEST_F(Processes, a_process_without_a_result_completes_a_void_future) {
   auto pm = ProcessManager<Chore>::start(system, {.name = "chores", .max_running = 1, .buffer = 1}).value();
-  auto f = pm.run();
+  auto f = pm.submit();
   auto r = await(f);
   EXPECT_TRUE(r.ok());
   EXPECT_EQ(pm.stats().completed, 1u);

@@ -17,8 +17,8 @@
 //   };
 //
 //   auto pm = troupe::ProcessManager<Charge>::start(system, {.name = "charges", .max_running = 64});
-//   troupe::Future<Receipt> r = pm->run(order);           // answered when the process has finished
-//   troupe::Future<troupe::ProcessId> a = pm->submit(order);  // answered when it was accepted
+//   troupe::Future<Receipt> r = pm->submit(order);           // answered when the process has finished
+//   troupe::Future<troupe::ProcessId> a = pm->enqueue(order);  // answered when it was accepted
 //
 // What the manager guarantees:
 //   P1  At most max_running processes are alive at once; up to `buffer` more
@@ -35,7 +35,7 @@
 //   P3  Optionally at most starts_per_second process starts per second
 //       (a token bucket of `burst` tokens), timed by actor timers, so the
 //       manual clock drives it in tests.
-//   P4  run() answers with the process's outcome; submit() answers on
+//   P4  submit() answers with the process's outcome; enqueue() answers on
 //       acceptance and reports the outcome to settings.on_outcome.
 //
 // A process is spawned as a thin subclass of A that keeps the exception
@@ -101,7 +101,7 @@ std::shared_ptr<ProcessState<R>> state_of(const ProcessHandle<R>& h) noexcept;
 // error. The first completion wins; later ones are ignored (they return
 // false), as are completions after the process actor already ended.
 // Completing asks the manager's runtime to stop the process actor; its slot
-// is freed, and a run() caller answered, once the actor has terminated.
+// is freed, and a submit() caller answered, once the actor has terminated.
 // Ownership: a copyable handle to state shared with the manager; copies may
 // outlive the process and the manager (they then do nothing).
 // Thread safety: every member may be called from any thread, concurrently.
@@ -174,7 +174,7 @@ struct ProcessManagerSettings {
   // constructor arguments (its handle included) and keeps its slot until it
   // finishes or its restart limit is reached.
   SpawnOptions process_options{};
-  // P4: called with the outcome of every process started with submit(),
+  // P4: called with the outcome of every process started with enqueue(),
   // including those cancelled by the manager's stop (shutting_down). Runs on
   // the manager's thread, one call at a time; keep it short and
   // non-blocking. An exception it throws is dropped.
@@ -193,7 +193,7 @@ struct ProcessStats {
   // Accepted requests not yet answered-and-freed: running + buffered + those
   // on their way to the manager. The admission bound: <= max_running + buffer.
   std::uint64_t outstanding = 0;
-  // Requests admitted (run() and submit()) since start.
+  // Requests admitted (submit() and enqueue()) since start.
   std::uint64_t accepted = 0;
   // Requests refused at once with buffer_overflow (P1).
   std::uint64_t refused = 0;
@@ -392,7 +392,7 @@ class ProcessRequest {
 
   enum class Outcome : std::uint8_t { completed, failed, cancelled };
 
-  // Answers the requester: run() through its future, submit() through
+  // Answers the requester: submit() through its future, enqueue() through
   // settings.on_outcome.
   void answer(Result<R>&& r, const std::function<void(ProcessId, const Result<R>&)>& on_outcome) noexcept {
     armed_ = false;
@@ -416,7 +416,7 @@ class ProcessRequest {
  private:
   ProcessManagerCore<A>* core_;
   ProcessId id_;
-  FutureAsk<R>* reply_;  // one reference, or null for submit()
+  FutureAsk<R>* reply_;  // one reference, or null for enqueue()
   bool armed_ = false;
 };
 
@@ -754,21 +754,21 @@ class ProcessManager {
   // P1: refused at once with buffer_overflow when max_running + buffer
   // requests are outstanding; the arguments are then left untouched.
   template <class... Args>
-  Future<result_type> run(Args&&... args) const {
+  Future<result_type> submit(Args&&... args) const {
     auto* reply = new detail::FutureAsk<result_type>();
     Future<result_type> f(reply);
-    auto r = enqueue(reply, std::forward<Args>(args)...);
+    auto r = admit(reply, std::forward<Args>(args)...);
     if (!r.ok()) reply->complete(std::move(r).error());
     return f;
   }
 
-  // P4, reply on acceptance: like run(), but the future (complete on
+  // P4, reply on acceptance: like submit(), but the future (complete on
   // return) holds the process's id as soon as the request is accepted
   // (buffered or started), or buffer_overflow / shutting_down. The outcome
   // goes to settings.on_outcome and the counters.
   template <class... Args>
-  Future<ProcessId> submit(Args&&... args) const {
-    return detail::ready_future<ProcessId>(enqueue(nullptr, std::forward<Args>(args)...));
+  Future<ProcessId> enqueue(Args&&... args) const {
+    return detail::ready_future<ProcessId>(admit(nullptr, std::forward<Args>(args)...));
   }
 
   // Stops the manager: later requests are refused with shutting_down, every
@@ -793,7 +793,7 @@ class ProcessManager {
       : core_(std::move(core)), ref_(std::move(ref)) {}
 
   template <class... Args>
-  Result<ProcessId> enqueue(detail::FutureAsk<result_type>* reply, Args&&... args) const {
+  Result<ProcessId> admit(detail::FutureAsk<result_type>* reply, Args&&... args) const {
     static_assert(std::is_constructible_v<A, ProcessHandle<result_type>&, std::decay_t<Args>&...>,
                   "A must be constructible from (ProcessHandle<result_type>&, Args&...)");
     static_assert(
