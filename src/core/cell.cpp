@@ -108,6 +108,7 @@ const std::string& CellBase::name() const noexcept {
 }
 
 TimePoint CellBase::now() const noexcept { return system_->clock->now(); }
+TimePoint CellBase::coarse_now() const noexcept { return system_->clock->coarse_now(); }
 
 void CellBase::note_activity_slow() {
   if (auto* x = extras_if()) x->last_activity = now();

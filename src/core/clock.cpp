@@ -1,11 +1,21 @@
 #include "troupe/core/clock.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 
 namespace troupe {
 
 TimePoint SystemClock::now() const {
   return std::chrono::time_point_cast<Duration>(std::chrono::steady_clock::now());
+}
+
+TimePoint SystemClock::coarse_now() const {
+  // libstdc++'s steady_clock is CLOCK_MONOTONIC; the coarse variant reads the
+  // same clock as of the last tick.
+  timespec ts{};
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return now();
+  return TimePoint{std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec)};
 }
 
 WallTime SystemClock::wall_now() const {

@@ -291,3 +291,24 @@ TEST(SystemClock, a_system_without_a_clock_uses_it_and_a_timer_really_fires) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CoarseClock, SystemCoarseNowIsNeverAheadAndLagsByATickAtMost) {
+  auto clock = troupe::SystemClock::instance();
+  for (int i = 0; i < 1000; ++i) {
+    auto coarse = clock->coarse_now();
+    auto fine = clock->now();
+    EXPECT_LE(coarse, fine);
+    EXPECT_LT(fine - coarse, std::chrono::milliseconds(50));  // a tick is a few ms; generous bound
+  }
+}
+
+TEST(CoarseClock, ManualCoarseNowIsExact) {
+  troupe::ManualClock clock;
+  EXPECT_EQ(clock.coarse_now(), clock.now());
+  clock.advance(std::chrono::milliseconds(3));
+  EXPECT_EQ(clock.coarse_now(), clock.now());
+}
+
+}  // namespace

@@ -103,6 +103,28 @@ TEST(Error, WithoutExceptionRethrowIsANoOp) {
   }
 }
 
+TEST(Promise, GetBlocksUntilAnotherThreadCompletes) {
+  for (int i = 0; i < 200; ++i) {  // races a blocked get() against the completion
+    Promise<int> p;
+    auto f = p.future();
+    std::thread t([&] { p.set_value(i); });
+    EXPECT_EQ(*f.get(), i);
+    t.join();
+  }
+}
+
+TEST(FutureThen, ContinuationRacingCompletionRunsExactlyOnce) {
+  for (int i = 0; i < 200; ++i) {
+    Promise<int> p;
+    auto f = p.future();
+    std::atomic<int> runs{0};
+    std::thread t([&] { p.set_value(i); });
+    std::move(f).then([&](Result<int>) { ++runs; });
+    t.join();
+    EXPECT_EQ(runs.load(), 1);
+  }
+}
+
 TEST(FutureThen, RunsAtOnceWhenAlreadyComplete) {
   Promise<int> p;
   auto f = p.future();

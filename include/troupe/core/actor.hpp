@@ -249,52 +249,52 @@ template <class R>
 class FutureAsk final : public AskBase<R>, public Pooled {
  public:
   Result<R> wait() {
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return ready_; });
+    if (!(state_.load(std::memory_order_acquire) & kReady)) {
+      std::unique_lock lk(mu_);
+      state_.fetch_or(kWaiter, std::memory_order_acq_rel);
+      cv_.wait(lk, [&] { return (state_.load(std::memory_order_acquire) & kReady) != 0; });
+    }
     return std::move(*this->result_);
   }
   bool wait_for(Duration d) {
+    if (state_.load(std::memory_order_acquire) & kReady) return true;
     std::unique_lock lk(mu_);
-    return cv_.wait_for(lk, d, [&] { return ready_; });
+    state_.fetch_or(kWaiter, std::memory_order_acq_rel);
+    return cv_.wait_for(lk, d, [&] { return (state_.load(std::memory_order_acquire) & kReady) != 0; });
   }
-  bool ready() {
-    std::lock_guard lk(mu_);
-    return ready_;
-  }
+  bool ready() const noexcept { return (state_.load(std::memory_order_acquire) & kReady) != 0; }
   // Runs k with the result exactly once: here and now if it is already
-  // there, else on the thread that completes it.
+  // there, else on the thread that completes it. Whichever of the two comes
+  // second (seen through one atomic word) runs it; no lock is taken.
   void on_complete(UniqueFunction<void(Result<R>)> k) {
-    std::unique_lock lk(mu_);
-    if (!ready_) {
-      k_ = std::move(k);
-      return;
-    }
-    lk.unlock();
-    run(k);
+    k_ = std::move(k);
+    if (state_.fetch_or(kHasContinuation, std::memory_order_acq_rel) & kReady) run();
   }
 
  private:
+  static constexpr std::uint8_t kReady = 1, kHasContinuation = 2, kWaiter = 4;
+
   void deliver() noexcept override {
-    UniqueFunction<void(Result<R>)> k;
-    {
-      std::lock_guard lk(mu_);
-      ready_ = true;
-      k = std::move(k_);
+    std::uint8_t before = state_.fetch_or(kReady, std::memory_order_acq_rel);
+    if (before & kWaiter) {
+      // A blocked get() checks kReady under the mutex: taking it here means
+      // it either saw kReady or is asleep and gets this notification.
+      { std::lock_guard lk(mu_); }
       cv_.notify_all();
     }
-    if (k) run(k);
+    if (before & kHasContinuation) run();
   }
-  void run(UniqueFunction<void(Result<R>)>& k) noexcept {
+  void run() noexcept {
     try {
-      k(std::move(*this->result_));
+      k_(std::move(*this->result_));
     } catch (...) {
       // A continuation has nobody to report to; its exception is dropped
       // rather than taking down the thread that completed the future.
     }
   }
+  std::atomic<std::uint8_t> state_{0};
   std::mutex mu_;
   std::condition_variable cv_;
-  bool ready_ = false;
   UniqueFunction<void(Result<R>)> k_;
 };
 
@@ -871,6 +871,8 @@ class Actor {
   ActorRef<Msg> self() const { return ActorRef<Msg>(detail::CellRef(cell_)); }
   const std::string& name() const { return cell_->name(); }
   TimePoint now() const { return cell_->now(); }
+  // now() to within a clock tick (a few ms), cheaper: see Clock::coarse_now.
+  TimePoint coarse_now() const { return cell_->coarse_now(); }
   WallTime wall_now() const { return detail::clock_of(cell_->system()).wall_now(); }
 
   // Stops this actor after the current message. Queued messages become dead

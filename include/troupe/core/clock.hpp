@@ -41,6 +41,10 @@ class Clock {
   virtual ~Clock() = default;
   virtual TimePoint now() const = 0;
   virtual WallTime wall_now() const = 0;
+  // now(), possibly lagging by up to a few milliseconds, for bookkeeping that
+  // tolerates it and runs on every message (a lock's idle times, the lease
+  // check of a block that already returned). Never later than now().
+  virtual TimePoint coarse_now() const { return now(); }
   // True for clocks whose time moves only by explicit advance(); the runtime
   // then runs no timer thread and fires timers from advance() instead.
   virtual bool is_manual() const noexcept { return false; }
@@ -52,6 +56,9 @@ class SystemClock final : public Clock {
  public:
   TimePoint now() const override;
   WallTime wall_now() const override;
+  // CLOCK_MONOTONIC_COARSE: the same time base as now(), a tick behind at
+  // most, several times cheaper to read.
+  TimePoint coarse_now() const override;
   static std::shared_ptr<SystemClock> instance();
 };
 

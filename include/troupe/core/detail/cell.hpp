@@ -266,6 +266,7 @@ class CellBase : public Pooled {
   }
   void count_dead_letter(const char* mangled_type) noexcept;
   TimePoint now() const noexcept;
+  TimePoint coarse_now() const noexcept;
 
   CellBase* sched_next_ = nullptr;  // scheduler run-queue link
 
