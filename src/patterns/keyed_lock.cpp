@@ -34,8 +34,10 @@ struct LockShared {
   std::shared_ptr<ShardCounters[]> counters;
 };
 
-ActorRef<LockShardMsg> lock_shard_for(const LockShared& s, std::string_view key) noexcept {
-  return s.shards[std::hash<std::string_view>{}(key) & s.mask];
+const ActorRef<LockShardMsg>& lock_shard_for(const LockShared& s, std::size_t key_hash) noexcept {
+  // Returned by reference: copying a ref would bounce the shard's reference
+  // count between every caller's thread.
+  return s.shards[key_hash & s.mask];
 }
 
 struct LockKeyState {
@@ -74,6 +76,24 @@ struct DeadlineList {
 
 using Msg = LockShardMsg;
 using Kind = LockShardMsg::Kind;
+
+// The key map looks keys up with the hash the caller computed already (it
+// picked the shard with it), so a lock hashes its key once.
+struct KeyLookup {
+  std::string_view key;
+  std::size_t hash;
+};
+struct KeyHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view k) const noexcept { return std::hash<std::string_view>{}(k); }
+  std::size_t operator()(const KeyLookup& k) const noexcept { return k.hash; }
+};
+struct KeyEq {
+  using is_transparent = void;
+  bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+  bool operator()(const KeyLookup& a, std::string_view b) const noexcept { return a.key == b; }
+  bool operator()(std::string_view a, const KeyLookup& b) const noexcept { return a == b.key; }
+};
 
 class LockShard final : public Actor<LockShardMsg> {
  public:
@@ -121,7 +141,7 @@ class LockShard final : public Actor<LockShardMsg> {
   const KeyedLockSettings& cfg() const noexcept { return *settings_; }
 
   LockKeyState& state_for(LockRequest& r) {
-    if (auto it = keys_.find(std::string_view(r.key)); it != keys_.end()) {
+    if (auto it = keys_.find(KeyLookup{r.key, r.hash}); it != keys_.end()) {
       if (it->second.idle) unidle(it->second);
       return it->second;
     }
@@ -166,18 +186,20 @@ class LockShard final : public Actor<LockShardMsg> {
     ks.holder = r;
     ks.cell->current.store(token, std::memory_order_release);
     bump(c_.grants);
-    TimePoint t0 = now();
+    TimePoint t0 = coarse_now();
     bool done = r->start(req, LockLease(ks.cell, token), self_ref());
     if (!done) {  // asynchronous: the continuation owns the request now
-      now_ = t0;
-      r->deadline = deadline_after(t0, cfg().lease);
+      now_ = now();
+      r->deadline = deadline_after(now_, cfg().lease);
       leases_.push_back(r);
       arm(lease_armed_, "lease", Kind::lease_tick, r->deadline);
       return;
     }
     ks.holder = nullptr;
     ks.cell->current.store(0, std::memory_order_release);
-    now_ = now();
+    // The lease of a block that already returned is checked on the coarse
+    // clock: a tick of slack against a lease of seconds.
+    now_ = coarse_now();
     if (now_ - t0 > cfg().lease) {
       bump(c_.lease_expiries);
       r->fail(lease_expired_error(ks, token));
@@ -203,7 +225,7 @@ class LockShard final : public Actor<LockShardMsg> {
 
   void finished(std::unique_ptr<LockRequest> req) {
     LockKeyState& ks = *req->ks;
-    now_ = now();
+    now_ = coarse_now();
     if (req->expired) {  // its caller already has lease_expired; drop the late result
       --ks.pins;
       maybe_idle(ks);
@@ -255,9 +277,9 @@ class LockShard final : public Actor<LockShardMsg> {
   }
 
   // Idle keys, oldest first; freed after settings.idle_after. The idle time
-  // is the shard's last clock reading in this message (now_), which every
-  // path that can leave a key unused takes first: one clock read fewer per
-  // lock.
+  // is the shard's last clock reading in this message (now_, often the
+  // coarse clock), which every path that can leave a key unused takes
+  // first: no clock read of its own.
   void maybe_idle(LockKeyState& ks) {
     if (ks.idle || !ks.unused()) return;
     ks.idle = true;
@@ -329,7 +351,7 @@ class LockShard final : public Actor<LockShardMsg> {
   std::shared_ptr<ShardCounters> counters_;
   ShardCounters& c_;
   ActorRef<Msg> self_;
-  std::unordered_map<std::string_view, LockKeyState> keys_;
+  std::unordered_map<std::string_view, LockKeyState, KeyHash, KeyEq> keys_;
   DeadlineList waits_;
   DeadlineList leases_;
   LockKeyState* idle_head_ = nullptr;

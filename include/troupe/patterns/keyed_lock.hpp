@@ -51,6 +51,7 @@
 // races a request for the same key.
 
 #include <atomic>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -138,7 +139,7 @@ struct LockShardMsg;
 // queues, so it needs no knowledge of the caller's types.
 class LockRequest : public Pooled {
  public:
-  explicit LockRequest(std::string k) : key(std::move(k)) {}
+  LockRequest(std::string k, std::size_t h) : key(std::move(k)), hash(h) {}
   virtual ~LockRequest() = default;
   LockRequest(const LockRequest&) = delete;
   LockRequest& operator=(const LockRequest&) = delete;
@@ -157,6 +158,7 @@ class LockRequest : public Pooled {
   virtual bool failed() const = 0;
 
   std::string key;  // moved into the key's cell when the shard creates one
+  std::size_t hash;  // of the key: picks the shard, and its map bucket
   // Bookkeeping owned by the shard.
   LockKeyState* ks = nullptr;
   LockRequest* prev = nullptr;  // shard's wait or lease list (deadline order)
@@ -202,8 +204,8 @@ class LockRequestImpl final : public LockRequest {
 
  public:
   template <class G>
-  LockRequestImpl(std::string k, G&& block, Promise<R>&& promise)
-      : LockRequest(std::move(k)), block_(std::forward<G>(block)), promise_(std::move(promise)) {}
+  LockRequestImpl(std::string k, std::size_t h, G&& block, Promise<R>&& promise)
+      : LockRequest(std::move(k), h), block_(std::forward<G>(block)), promise_(std::move(promise)) {}
   ~LockRequestImpl() override {
     // Only a request that never reached a shard, or one whose shard stopped
     // while it was in flight, is still pending here.
@@ -245,7 +247,7 @@ class LockRequestImpl final : public LockRequest {
 };
 
 struct LockShared;
-ActorRef<LockShardMsg> lock_shard_for(const LockShared& s, std::string_view key) noexcept;
+const ActorRef<LockShardMsg>& lock_shard_for(const LockShared& s, std::size_t key_hash) noexcept;
 
 }  // namespace detail
 
@@ -269,12 +271,12 @@ class KeyedLock {
     using R = typename detail::LockValue<std::invoke_result_t<F&, const LockLease&>>::type;
     Promise<R> p;
     Future<R> f = p.future();
-    std::unique_ptr<detail::LockRequest> req(
-        new detail::LockRequestImpl<std::decay_t<F>, R>(std::string(key), std::forward<F>(block), std::move(p)));
+    std::size_t h = std::hash<std::string_view>{}(key);
+    std::unique_ptr<detail::LockRequest> req(new detail::LockRequestImpl<std::decay_t<F>, R>(
+        std::string(key), h, std::forward<F>(block), std::move(p)));
     // A refused message (the lock or the system stopped) destroys the
     // request, which answers shutting_down.
-    detail::lock_shard_for(*shared_, key)
-        .tell(detail::LockShardMsg{detail::LockShardMsg::Kind::acquire, std::move(req)});
+    detail::lock_shard_for(*shared_, h).tell(detail::LockShardMsg{detail::LockShardMsg::Kind::acquire, std::move(req)});
     return f;
   }
 
