@@ -19,6 +19,9 @@ namespace troupe_bench {
 void journal_append(long entities);  // journal_append.cpp
 void recovery();                     // entities.cpp
 void entity_memory();                // entities.cpp
+bool lock(const std::string& workload);  // lock.cpp: lock_uncontended, _contended, _spread
+void process_manager();                  // process_manager.cpp
+void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable}_c{1,50}[_prio]
 }  // namespace troupe_bench
 
 namespace {
@@ -352,6 +355,12 @@ int main(int argc, char** argv) {
     troupe_bench::recovery();
   } else if (w == "entity_memory") {
     troupe_bench::entity_memory();
+  } else if (w == "process_manager") {
+    troupe_bench::process_manager();
+  } else if (w.rfind("jobs_", 0) == 0) {
+    troupe_bench::jobs(w);
+  } else if (troupe_bench::lock(w)) {
+    // done
   } else if (long entities = bench::journal_entities(w); entities > 0) {
     troupe_bench::journal_append(entities);  // journal_append_1, _100, _10000
   } else {
