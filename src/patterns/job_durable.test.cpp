@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "troupe/core.hpp"
+#include "job_test_support.hpp"
 #include "troupe/patterns/job_service.hpp"
 #include "troupe/persist/codec.hpp"
 #include "troupe/persist/memory_journal.hpp"
@@ -24,41 +25,7 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using troupe::ErrorCode;
-using troupe::Future;
-using troupe::Job;
-using troupe::JobFailed;
-using troupe::JobId;
-using troupe::JobOutcome;
-using troupe::JobRun;
-using troupe::JobService;
-using troupe::JobSettings;
-using troupe::JobSucceeded;
-using troupe::JobTimedOut;
-using troupe::JobWorkerCall;
-using troupe::JobWorkers;
-using troupe::Result;
-
-constexpr troupe::Duration kBound = 10s;
-
-std::string describe(const JobOutcome& o) {
-  return troupe::match(
-      o, [](const JobSucceeded& s) { return "succeeded: " + s.output; },
-      [](const JobFailed& f) { return "failed: " + f.reason; },
-      [](const JobTimedOut&) { return std::string("timed out"); });
-}
-
-std::string describe(const Result<JobOutcome>& r) {
-  if (!r.ok()) return "error " + std::string(troupe::to_string(r.error().code())) + ": " + r.error().message();
-  return describe(r.value());
-}
-
-template <class T>
-Result<T> await(Future<T>& f) {
-  if (!f.wait_for(kBound)) return troupe::Error(ErrorCode::timeout, "test: no answer within the real-time bound");
-  return f.get();
-}
+using namespace troupe::job_test;
 
 template <class P>
 bool eventually(P pred) {

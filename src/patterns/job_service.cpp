@@ -1376,10 +1376,16 @@ Result<JobService> JobService::start(ActorSystem& system, JobSettings settings, 
   return JobService(std::move(core));
 }
 
-Future<JobOutcome> JobService::submit(Job job, int priority, std::optional<Duration> timeout) const {
-  Promise<JobOutcome> p;
-  Future<JobOutcome> f = p.future();
-  auto t = core_->admit(timeout);
+namespace {
+
+// submit() and enqueue(): admit (or refuse at once), then hand the record
+// and the caller's promise to `send`.
+template <class T, class Send>
+Future<T> admit_and_send(detail::JobCore& core, Job job, int priority, std::optional<Duration> timeout,
+                         Send send) {
+  Promise<T> p;
+  Future<T> f = p.future();
+  auto t = core.admit(timeout);
   if (!t.ok()) {
     p.set_error(std::move(t).error());
     return f;
@@ -1388,25 +1394,25 @@ Future<JobOutcome> JobService::submit(Job job, int priority, std::optional<Durat
   r.priority = priority;
   r.timeout = t.value();
   r.job = std::move(job);
-  r.reply = detail::JobAnswer<JobOutcome>(std::move(p));
-  core_->send(std::move(r), {});
+  send(std::move(r), std::move(p));
   return f;
 }
 
+}  // namespace
+
+Future<JobOutcome> JobService::submit(Job job, int priority, std::optional<Duration> timeout) const {
+  return admit_and_send<JobOutcome>(*core_, std::move(job), priority, timeout,
+                                    [&](detail::JobRecord r, Promise<JobOutcome> p) {
+                                      r.reply = detail::JobAnswer<JobOutcome>(std::move(p));
+                                      core_->send(std::move(r), {});
+                                    });
+}
+
 Future<JobId> JobService::enqueue(Job job, int priority, std::optional<Duration> timeout) const {
-  Promise<JobId> p;
-  Future<JobId> f = p.future();
-  auto t = core_->admit(timeout);
-  if (!t.ok()) {
-    p.set_error(std::move(t).error());
-    return f;
-  }
-  detail::JobRecord r;
-  r.priority = priority;
-  r.timeout = t.value();
-  r.job = std::move(job);
-  core_->send(std::move(r), detail::JobAnswer<JobId>(std::move(p)));
-  return f;
+  return admit_and_send<JobId>(*core_, std::move(job), priority, timeout,
+                               [&](detail::JobRecord r, Promise<JobId> p) {
+                                 core_->send(std::move(r), detail::JobAnswer<JobId>(std::move(p)));
+                               });
 }
 
 void JobService::pause() const { (void)core_->queue.tell(detail::QPause{true}); }

@@ -16,45 +16,13 @@
 #include <vector>
 
 #include "troupe/core.hpp"
+#include "job_test_support.hpp"
 #include "troupe/patterns/job_service.hpp"
 #include "troupe/testkit/manual_clock_fixture.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using troupe::ErrorCode;
-using troupe::Future;
-using troupe::Job;
-using troupe::JobFailed;
-using troupe::JobOutcome;
-using troupe::JobRun;
-using troupe::JobService;
-using troupe::JobSettings;
-using troupe::JobSucceeded;
-using troupe::JobTimedOut;
-using troupe::JobWorkerCall;
-using troupe::JobWorkers;
-using troupe::Result;
-
-// Real-time bound for answers that worker threads produce; never decides an outcome.
-constexpr troupe::Duration kBound = 10s;
-
-// "succeeded: x", "failed: why", "timed out" or "error <code>: message".
-std::string describe(const Result<JobOutcome>& r) {
-  if (!r.ok()) return "error " + std::string(troupe::to_string(r.error().code())) + ": " + r.error().message();
-  return troupe::match(
-      r.value(), [](const JobSucceeded& s) { return "succeeded: " + s.output; },
-      [](const JobFailed& f) { return "failed: " + f.reason; },
-      [](const JobTimedOut&) { return std::string("timed out"); });
-}
-
-template <class T>
-Result<T> await(Future<T>& f) {
-  if (!f.wait_for(kBound)) return troupe::Error(ErrorCode::timeout, "test: no answer within the real-time bound");
-  return f.get();
-}
-
-std::string outcome(Future<JobOutcome>& f) { return describe(await(f)); }
+using namespace troupe::job_test;
 
 // What the workers saw, in order, and the runs they keep for later.
 struct Recorder {

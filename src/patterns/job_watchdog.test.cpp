@@ -16,41 +16,14 @@
 #include <vector>
 
 #include "troupe/core.hpp"
+#include "job_test_support.hpp"
 #include "troupe/patterns/job_service.hpp"
 #include "troupe/testkit/gate.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using troupe::ErrorCode;
-using troupe::Future;
-using troupe::Job;
-using troupe::JobFailed;
-using troupe::JobOutcome;
-using troupe::JobRun;
-using troupe::JobService;
-using troupe::JobSettings;
-using troupe::JobSucceeded;
-using troupe::JobTimedOut;
-using troupe::JobWorkerCall;
-using troupe::JobWorkers;
-using troupe::Result;
+using namespace troupe::job_test;
 using troupe::testkit::Gate;
-
-constexpr troupe::Duration kBound = 10s;
-
-std::string describe(const Result<JobOutcome>& r) {
-  if (!r.ok()) return "error " + std::string(troupe::to_string(r.error().code())) + ": " + r.error().message();
-  return troupe::match(
-      r.value(), [](const JobSucceeded& s) { return "succeeded: " + s.output; },
-      [](const JobFailed& f) { return "failed: " + f.reason; },
-      [](const JobTimedOut&) { return std::string("timed out"); });
-}
-
-std::string outcome(Future<JobOutcome>& f) {
-  if (!f.wait_for(kBound)) return "no answer within the real-time bound";
-  return describe(f.get());
-}
 
 // "block" holds its thread inside the worker call until `release` opens
 // (on attempt 1 only, if `first_only`), then tries to complete the run;
