@@ -111,6 +111,10 @@ JobSettings durable_settings(std::shared_ptr<troupe::Journal> journal, std::shar
 
 class JobDurable : public troupe::testkit::ManualClockTest {
  protected:
+  // The worker functions point into `workers`: stop the system (and with it
+  // every service a test started) before the members go.
+  ~JobDurable() override { system.shutdown(); }
+
   JobService start(JobSettings s) {
     auto r = JobService::start(system, std::move(s), translator(), workers.make());
     if (!r.ok()) throw std::runtime_error(r.error().to_string());
