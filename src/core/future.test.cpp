@@ -39,6 +39,18 @@ TEST(Promise, ValueReachesGet) {
   EXPECT_EQ(*r, "done");
 }
 
+TEST(Promise, VoidPromiseCompletesAVoidFuture) {
+  Promise<void> p;
+  auto f = p.future();
+  bool ran = false;
+  p.set_value();
+  EXPECT_TRUE(f.get().ok());
+  Promise<void> failing;
+  failing.future().then([&](Result<void> r) { ran = !r.ok() && r.error().code() == ErrorCode::timeout; });
+  failing.set_error(Error(ErrorCode::timeout, "late"));
+  EXPECT_TRUE(ran);
+}
+
 TEST(Promise, FirstCompletionWins) {
   Promise<int> p;
   auto f = p.future();
@@ -186,6 +198,21 @@ struct Echo : troupe::Actor<std::variant<std::pair<int, troupe::ReplyTo<int>>>> 
     reply.reply(n + 1);
   }
 };
+
+struct Ping {
+  troupe::ReplyTo<void> reply;
+};
+struct Acker : troupe::Actor<Ping> {
+  void receive(Ping& p) { p.reply.reply(); }
+};
+
+TEST(FutureThen, AskingForNothingButDoneWorksWithVoid) {
+  troupe::ActorSystem sys(troupe::SystemConfig{.threads = 2, .log_dead_letters = false});
+  auto acker = sys.spawn<Acker>();
+  auto r = sys.ask<void>(acker, [](troupe::ReplyTo<void> rt) { return Ping{std::move(rt)}; }, 10s).get();
+  EXPECT_TRUE(r.ok());
+  sys.shutdown();
+}
 
 TEST(FutureThen, AskFutureTakesAContinuation) {
   troupe::ActorSystem sys(troupe::SystemConfig{.threads = 2, .log_dead_letters = false});

@@ -196,8 +196,22 @@ class ReplyTo {
   }
 
   // Answers with a value. Later replies are no-ops.
-  void reply(R value) { reset(Result<R>(std::move(value))); }
-  void operator()(R value) { reply(std::move(value)); }
+  template <class V = R>
+    requires(!std::is_void_v<V>)
+  void reply(std::type_identity_t<V> value) {
+    reset(Result<R>(std::move(value)));
+  }
+  template <class V = R>
+    requires(!std::is_void_v<V>)
+  void operator()(std::type_identity_t<V> value) {
+    reply(std::move(value));
+  }
+  // For ReplyTo<void>: answers "done".
+  void reply()
+    requires std::is_void_v<R>
+  {
+    reset(Result<void>());
+  }
   // Answers with an error value.
   void fail(Error e) { reset(Result<R>(std::move(e))); }
   // False once answered (or for a default-constructed target).
@@ -364,7 +378,17 @@ class Promise {
     st_->retain();
     return Future<R>(st_);
   }
-  void set_value(R value) { st_->complete(Result<R>(std::move(value))); }
+  template <class V = R>
+    requires(!std::is_void_v<V>)
+  void set_value(std::type_identity_t<V> value) {
+    st_->complete(Result<R>(std::move(value)));
+  }
+  // For Promise<void>: completes with "done".
+  void set_value()
+    requires std::is_void_v<R>
+  {
+    st_->complete(Result<void>());
+  }
   void set_error(Error e) { st_->complete(Result<R>(std::move(e))); }
   void set_result(Result<R> r) { st_->complete(std::move(r)); }
   // Completes with Error::from_exception(e, context), from which the
