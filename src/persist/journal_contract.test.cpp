@@ -26,7 +26,9 @@
 #include "journal_test_support.hpp"
 #include "troupe/persist/journal.hpp"
 #include "troupe/persist/memory_journal.hpp"
+#include "troupe/persist/postgres_journal.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
+#include "postgres/postgres_test_server.hpp"
 
 namespace {
 
@@ -82,6 +84,25 @@ class SqliteUnderTest final : public JournalUnderTest {
   std::shared_ptr<troupe::SqliteJournal> journal_;
 };
 
+// A fresh schema on the shared test server (postgres_test_server.hpp), so
+// each test sees only its own rows.
+class PostgresUnderTest final : public JournalUnderTest {
+ public:
+  PostgresUnderTest() {
+    troupe::PostgresJournalOptions options;
+    options.conninfo = troupe::test::shared_postgres_conninfo();
+    options.schema = troupe::test::fresh_schema();
+    auto j = troupe::PostgresJournal::open(options);
+    if (!j.ok()) throw std::runtime_error(j.error().to_string());
+    journal_ = std::move(*j);
+  }
+  Journal& journal() override { return *journal_; }
+  void close() override { journal_.reset(); }
+
+ private:
+  std::shared_ptr<troupe::PostgresJournal> journal_;
+};
+
 struct BackEnd {
   std::string name;
   std::function<std::unique_ptr<JournalUnderTest>()> make;
@@ -93,6 +114,7 @@ std::vector<BackEnd> back_ends() {
   return {
       {"memory", [] { return std::make_unique<MemoryUnderTest>(); }},
       {"sqlite", [] { return std::make_unique<SqliteUnderTest>(); }},
+      {"postgres", [] { return std::make_unique<PostgresUnderTest>(); }},
   };
 }
 

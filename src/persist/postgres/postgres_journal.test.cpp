@@ -1,0 +1,167 @@
+// PostgreSQL-specific behaviour of PostgresJournal; the shared guarantees are
+// in src/persist/journal_contract.test.cpp.
+
+#include "troupe/persist/postgres_journal.hpp"
+
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../journal_test_support.hpp"
+#include "postgres_test_server.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using troupe::AppendBatch;
+using troupe::ErrorCode;
+using troupe::PostgresJournal;
+using troupe::PostgresJournalOptions;
+using troupe::Result;
+namespace js = troupe::journal_sync;
+using troupe::test::batch;
+using troupe::test::range;
+using troupe::test::seqs;
+
+std::shared_ptr<PostgresJournal> open_journal(const std::string& conninfo, const std::string& schema,
+                                              int unavailable_timeout_ms = 2000) {
+  PostgresJournalOptions o;
+  o.conninfo = conninfo;
+  o.schema = schema;
+  o.unavailable_timeout_ms = unavailable_timeout_ms;
+  auto j = PostgresJournal::open(o);
+  if (!j.ok()) throw std::runtime_error(j.error().to_string());
+  return *j;
+}
+
+void exec_sql(const std::string& conninfo, const std::string& sql) {
+  PGconn* c = PQconnectdb(conninfo.c_str());
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  PGresult* r = PQexec(c, sql.c_str());
+  EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQresultErrorMessage(r);
+  PQclear(r);
+  PQfinish(c);
+}
+
+TEST(PostgresJournal, many_concurrent_appends_share_few_transactions) {
+  auto j = open_journal(troupe::test::shared_postgres_conninfo(), troupe::test::fresh_schema());
+  constexpr int n = 2000;
+  std::atomic<int> ok{0}, done{0};
+  std::promise<void> all;
+  for (int i = 0; i < n; ++i)
+    j->append(batch("g" + std::to_string(i % 200), static_cast<std::uint64_t>(i / 200 + 1),
+                    static_cast<std::uint64_t>(i / 200 + 1)),
+              [&](Result<void> r) {
+                if (r.ok()) ++ok;
+                if (++done == n) all.set_value();
+              });
+  ASSERT_EQ(all.get_future().wait_for(30s), std::future_status::ready);
+  EXPECT_EQ(ok.load(), n);
+  auto s = j->stats();
+  EXPECT_EQ(s.events_written, static_cast<std::uint64_t>(n));
+  EXPECT_LT(s.transactions, static_cast<std::uint64_t>(n / 4)) << "group commit should batch appends";
+  EXPECT_EQ(seqs(*js::replay(*j, "g7")), range(1, 10));
+}
+
+TEST(PostgresJournal, a_conflict_fails_only_its_own_batch_in_a_shared_transaction) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  const std::string schema = troupe::test::fresh_schema();
+  auto j = open_journal(conninfo, schema);
+  ASSERT_TRUE(js::append(*j, batch("c", 1, 2)).ok());
+  // A row written behind the journal's back: only the primary key can catch it.
+  exec_sql(conninfo, "INSERT INTO \"" + schema +
+                         "\".events VALUES ('\\x63'::bytea, 4, 0, '\\x74'::bytea, 1, '\\x'::bytea)");
+  std::promise<Result<void>> a, b, c;
+  j->append(batch("ok1", 1, 3), [&](Result<void> r) { a.set_value(std::move(r)); });
+  j->append(batch("c", 3, 4), [&](Result<void> r) { b.set_value(std::move(r)); });
+  j->append(batch("ok2", 1, 1), [&](Result<void> r) { c.set_value(std::move(r)); });
+  auto rb = b.get_future().get();
+  EXPECT_TRUE(a.get_future().get().ok());
+  EXPECT_TRUE(c.get_future().get().ok());
+  ASSERT_FALSE(rb.ok());
+  EXPECT_EQ(rb.error().code(), ErrorCode::journal_conflict) << rb.error().to_string();
+  EXPECT_EQ(js::replay(*j, "ok1")->size(), 3u);
+  EXPECT_EQ(js::replay(*j, "ok2")->size(), 1u);
+  EXPECT_EQ(*js::highest_seq(*j, "c"), 4u);  // 3 was not stored
+}
+
+// proves: E7 (nodes share one schema; each id has one writer at a time)
+TEST(PostgresJournal, two_journals_on_one_schema_take_turns_on_an_id_and_refuse_a_stale_writer) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  const std::string schema = troupe::test::fresh_schema();
+  auto a = open_journal(conninfo, schema);
+  auto b = open_journal(conninfo, schema);
+  ASSERT_TRUE(js::append(*a, batch("e", 1, 2)).ok());  // a's writer now knows 2
+  ASSERT_TRUE(js::append(*b, batch("e", 3, 4)).ok());  // the id moved to b (a hand-off)
+  auto back = js::append(*a, batch("e", 5, 5));         // and back to a, which recovered to 4
+  EXPECT_TRUE(back.ok()) << back.error().to_string();
+  auto stale = js::append(*b, batch("e", 5, 6));        // b still thinks it owns the id
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code(), ErrorCode::journal_conflict) << stale.error().to_string();
+  EXPECT_EQ(seqs(*js::replay(*b, "e")), range(1, 5));
+}
+
+TEST(PostgresJournal, a_bad_connection_string_fails_open_with_a_clear_error) {
+  PostgresJournalOptions o;
+  o.conninfo = "host=127.0.0.1 port=1 connect_timeout=2 dbname=none";
+  auto j = PostgresJournal::open(o);
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.error().code(), ErrorCode::journal_failed);
+  EXPECT_NE(j.error().message().find("cannot connect"), std::string::npos) << j.error().to_string();
+  o.conninfo = "this is = not a connection string";
+  j = PostgresJournal::open(o);
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.error().code(), ErrorCode::journal_failed);
+  EXPECT_FALSE(j.error().message().empty());
+}
+
+TEST(PostgresJournal, a_corrupt_row_is_a_corrupt_record_on_replay) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  const std::string schema = troupe::test::fresh_schema();
+  auto j = open_journal(conninfo, schema);
+  ASSERT_TRUE(js::append(*j, batch("bad", 1, 3)).ok());
+  ASSERT_TRUE(js::append(*j, batch("good", 1, 1)).ok());
+  exec_sql(conninfo, "UPDATE \"" + schema + "\".events SET type = NULL WHERE seq = 2 AND persistence_id = '\\x626164'");
+  auto r = js::replay(*j, "bad");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::corrupt_record);
+  EXPECT_NE(r.error().message().find("'bad' seq 2"), std::string::npos) << r.error().to_string();
+  EXPECT_EQ(js::recover(*j, "bad").error().code(), ErrorCode::corrupt_record);
+  EXPECT_TRUE(js::replay(*j, "good").ok());  // other ids are unaffected
+  ASSERT_TRUE(js::append(*j, batch("good", 2, 2)).ok());
+}
+
+TEST(PostgresJournal, appends_fail_while_the_server_is_down_and_succeed_after_it_is_back) {
+  // A server of its own: this test stops it.
+  troupe::test::PostgresTestServer server;
+  auto j = open_journal(server.conninfo(), "public", 300);
+  ASSERT_TRUE(js::append(*j, batch("r", 1, 1)).ok());
+  server.stop();
+  auto down = js::append(*j, batch("r", 2, 2));
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.error().code(), ErrorCode::journal_failed) << down.error().to_string();
+  auto read_down = js::replay(*j, "r");
+  EXPECT_FALSE(read_down.ok());
+  server.start();
+  // Back: the writer reconnects (back-off at most 2 s) and the same append succeeds.
+  Result<void> up = troupe::Error(ErrorCode::journal_failed, "not tried");
+  for (int i = 0; i < 40 && !up.ok(); ++i) {
+    up = js::append(*j, batch("r", 2, 2));
+    if (!up.ok()) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE(up.ok()) << up.error().to_string();
+  auto r = js::replay(*j, "r");
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(seqs(*r), range(1, 2));
+  EXPECT_GE(j->stats().reconnects, 1u);
+  j.reset();
+}
+
+}  // namespace
