@@ -325,6 +325,7 @@ class PostgresCore : public std::enable_shared_from_this<PostgresCore> {
   std::condition_variable wcv_;
   std::vector<WriteOp> wq_;
   bool write_closed_ = false;
+  bool writer_idle_ = false;  // guarded by wmu_: the writer waits on wcv_
 
   std::vector<std::unique_ptr<Reader>> readers_;
   std::mutex rmu_;
@@ -442,16 +443,20 @@ void PostgresCore::shutdown() {
 // --- the writer --------------------------------------------------------------------
 
 void PostgresCore::enqueue(WriteOp&& op) {
-  bool queued = false;
+  bool queued = false, wake = false;
   {
     std::lock_guard lk(wmu_);
     if (!write_closed_) {
       wq_.push_back(std::move(op));
       queued = true;
+      // Only an idle writer needs a signal; a busy one swaps the queue when
+      // its transaction ends. This keeps notify off the append path.
+      wake = writer_idle_;
+      writer_idle_ = false;
     }
   }
   if (!queued) return op.done(closed_error());
-  wcv_.notify_one();
+  if (wake) wcv_.notify_one();
 }
 
 void PostgresCore::submit(AppendBatch&& batch, Journal::Callback<void>&& done) {
@@ -486,7 +491,11 @@ void PostgresCore::writer_loop() {
   for (;;) {
     {
       std::unique_lock lk(wmu_);
-      wcv_.wait(lk, [&] { return !wq_.empty() || write_closed_; });
+      while (wq_.empty() && !write_closed_) {
+        writer_idle_ = true;
+        wcv_.wait(lk);
+      }
+      writer_idle_ = false;
       if (wq_.empty()) return;  // closed and drained
       ops.swap(wq_);
     }
