@@ -22,6 +22,11 @@ std::string_view to_string(ErrorCode code) noexcept {
     case ErrorCode::acquire_timeout: return "acquire_timeout";
     case ErrorCode::lease_expired: return "lease_expired";
     case ErrorCode::buffer_overflow: return "buffer_overflow";
+    case ErrorCode::unreachable: return "unreachable";
+    case ErrorCode::not_ready: return "not_ready";
+    case ErrorCode::coordination_failed: return "coordination_failed";
+    case ErrorCode::protocol_error: return "protocol_error";
+    case ErrorCode::fenced: return "fenced";
   }
   return "unknown";
 }

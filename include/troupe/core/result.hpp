@@ -35,6 +35,11 @@ enum class ErrorCode : int {
   acquire_timeout = 13, // a keyed lock was not granted within its wait time
   lease_expired = 14,   // a keyed lock's holder ran past its lease; the lock passed on
   buffer_overflow = 15, // a bounded buffer (process manager, job queue) is full; refused at once
+  unreachable = 16,     // the node that owns the target is unknown, down or not connected
+  not_ready = 17,       // asked before start-up finished (e.g. the first-manager query)
+  coordination_failed = 18, // the coordination store (Redis) refused or could not be reached
+  protocol_error = 19,  // a peer sent bytes that are not a valid frame or message
+  fenced = 20,          // this node lost its lease; it no longer owns the shard or worker
 };
 
 std::string_view to_string(ErrorCode code) noexcept;

@@ -1,0 +1,24 @@
+#include "troupe/cluster/node_id.hpp"
+
+#include <string>
+
+namespace troupe::cluster {
+
+Result<void> validate_node_id(std::string_view id) {
+  if (id.empty()) return Error(ErrorCode::invalid_argument, "node id is empty");
+  if (id.size() > max_node_id_length)
+    return Error(ErrorCode::invalid_argument, "node id is " + std::to_string(id.size()) + " characters long; at most " +
+                                                  std::to_string(max_node_id_length) + " allowed");
+  for (std::size_t i = 0; i < id.size(); ++i) {
+    char c = id[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+              c == '-';
+    if (!ok) {
+      return Error(ErrorCode::invalid_argument, "node id '" + std::string(id) + "' has a character outside [A-Za-z0-9._-] at " +
+                                                    std::to_string(i));
+    }
+  }
+  return {};
+}
+
+}  // namespace troupe::cluster
