@@ -398,6 +398,14 @@ class Promise {
   }
   // False once completed (by anyone) or after a move.
   bool pending() const noexcept { return st_ && !st_->done(); }
+  // Turns the promise into a ReplyTo, for code that answers through a
+  // request message's reply target (a command decoded from the network, for
+  // instance). Take future() first; the promise is empty afterwards.
+  ReplyTo<R> into_reply_to() && {
+    ReplyTo<R> r(st_);
+    std::exchange(st_, nullptr)->release();
+    return r;
+  }
 
  private:
   void drop() noexcept {

@@ -12,6 +12,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "troupe/core/actor.hpp"
 #include "troupe/core/clock.hpp"
@@ -78,6 +80,23 @@ class ActorSystem {
     Future<R> f(st);
     detail::send_ask<R>(*impl_, st, target, std::forward<Make>(make), timeout);
     return f;
+  }
+
+  // A reply target and the future it completes, with a timeout: for
+  // requests that leave through something other than an actor reference (a
+  // remote node, a queue). `make(ReplyTo<R>)` builds the request and returns
+  // whatever the caller needs from it; the future completes with the reply,
+  // an error the target answered, no_reply if the target is dropped, or
+  // timeout. Returns {future, make's result}.
+  template <class R, class Make>
+  auto ask_with(Make&& make, Duration timeout) -> std::pair<Future<R>, std::invoke_result_t<Make, ReplyTo<R>>> {
+    auto* st = new detail::FutureAsk<R>();
+    Future<R> f(st);
+    if (!st->arm(*impl_, deadline_after(detail::clock_of(*impl_).now(), timeout))) {
+      // Shutting down: the future already holds that error; the request is
+      // still built so the caller can tell, and its target answers nothing.
+    }
+    return {std::move(f), std::forward<Make>(make)(ReplyTo<R>(st))};
   }
 
   // Orderly shutdown: refuses new spawns and outside tells, lets actors drain

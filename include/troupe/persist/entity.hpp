@@ -226,10 +226,28 @@ struct RegistryCore {
     return stop_cv.wait_for(lk, bound, [&] { return shards_stopped == shards.size(); });
   }
   void shard_stopped() {
-    std::lock_guard lk(stop_mu);
-    ++shards_stopped;
-    stop_cv.notify_all();
+    std::vector<std::function<void()>> run;
+    {
+      std::lock_guard lk(stop_mu);
+      ++shards_stopped;
+      stop_cv.notify_all();
+      if (shards_stopped == shards.size()) run.swap(stopped_callbacks);
+    }
+    for (auto& f : run) f();
   }
+  // Runs `f` once every shard has stopped: at once (on this thread) if they
+  // already have, else on the thread of the last shard to stop.
+  void when_stopped(std::function<void()> f) {
+    {
+      std::lock_guard lk(stop_mu);
+      if (shards_stopped < shards.size()) {
+        stopped_callbacks.push_back(std::move(f));
+        return;
+      }
+    }
+    f();
+  }
+  std::vector<std::function<void()>> stopped_callbacks;
   Duration graceful_bound() const noexcept {
     if (settings.stop_timeout > Duration::zero()) return settings.stop_timeout;
     return Duration(counters.longest_processing_ns.load(std::memory_order_relaxed)) + std::chrono::seconds(1);
@@ -1196,6 +1214,10 @@ class EntityRegistry {
   void begin_stop() const { core_->begin_stop(); }
   // Waits (real time) for every entity to have stopped; true if they did.
   bool wait_stopped(Duration bound) const { return core_->wait_stopped(bound); }
+  // Runs `f` once every entity has stopped after begin_stop(): at once if
+  // they already have, else on an actor thread (it must not block). For
+  // layers that stop registries without blocking a thread (shard hand-off).
+  void when_stopped(std::function<void()> f) const { core_->when_stopped(std::move(f)); }
   // begin_stop() + wait_stopped(bound); bound zero = settings.stop_timeout
   // (or the longest processing timeout plus one second).
   Result<void> stop(Duration bound = Duration::zero()) const {
