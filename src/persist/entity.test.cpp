@@ -417,6 +417,33 @@ TEST_F(Entities, E6_the_actor_systems_shutdown_stops_entities_gracefully_first) 
   EXPECT_EQ(events->back().type, "Completed");
 }
 
+// proves: E6, E1
+TEST_F(Entities, E6_an_immediate_stop_ends_a_processing_entity_at_once_and_its_deadline_rearms_where_it_recovers) {
+  auto req = settle_payment("p1", 1);  // held: the gateway never answers
+  ASSERT_TRUE(reg->tell("p1", Note{"waits behind the episode"}).ok());
+  settle();
+  reg->begin_stop();  // graceful: would wait for the episode...
+  settle();
+  EXPECT_FALSE(reg->wait_stopped(50ms));
+  reg->begin_immediate_stop();  // ...the node lost its lease: stop now
+  EXPECT_TRUE(reg->wait_stopped(5s));
+  EXPECT_EQ(reg->stats().active, 0u);
+  // Nothing was appended by the stop: the episode is still open in the
+  // journal, and the waiting command was not handled.
+  auto events = journal_sync::replay(*journal, "pay|p1");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ(events->back().type, "Accepted");
+  // Where it recovers (here, a new registry), the deadline counts from the
+  // stored start of the episode.
+  crash();
+  clock->set_wall(clock->wall_now() + 5s);
+  boot();
+  EXPECT_EQ(state_of("p1"), "settling amount=1 notes=0 timeouts=0");
+  advance(10s);
+  EXPECT_EQ(state_of("p1"), "failed amount=1 notes=0 timeouts=1");
+}
+
 // --- E7 ---------------------------------------------------------------------------
 
 // proves: E7

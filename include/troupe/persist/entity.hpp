@@ -201,6 +201,7 @@ struct RegistryCore {
   std::condition_variable stop_cv;
   std::size_t shards_stopped = 0;
   bool stop_begun = false;
+  bool stop_immediate = false;
   std::uint64_t hook_id = 0;
 
   // Answers a command the runtime cannot deliver with `e` (or counts it
@@ -220,7 +221,7 @@ struct RegistryCore {
     return std::hash<std::string_view>{}(id) % shards.size();
   }
 
-  void begin_stop();
+  void begin_stop(bool immediate = false);
   bool wait_stopped(std::chrono::steady_clock::duration bound) {
     std::unique_lock lk(stop_mu);
     return stop_cv.wait_for(lk, bound, [&] { return shards_stopped == shards.size(); });
@@ -277,6 +278,9 @@ struct EntityIn {
   };
   struct StopRequest {
     bool shutdown;
+    // Stop without waiting for a processing episode or handling what waits
+    // (a node that lost its lease: others are about to take over).
+    bool immediate = false;
   };
   struct Idle {};
   std::variant<CommandOf<B>, Recovered, Appended, Deadline, StopRequest, Idle> v;
@@ -301,21 +305,26 @@ struct ShardIn {
     std::string id;
     AnyRef who;
   };
-  struct StopAll {};
+  struct StopAll {
+    bool immediate = false;
+  };
   struct IdleTick {};
   std::variant<Deliver, Passivate, Returned, EntityDown, StopAll, IdleTick> v;
 };
 
 template <class B>
-void RegistryCore<B>::begin_stop() {
+void RegistryCore<B>::begin_stop(bool immediate) {
+  bool first;
   {
     std::lock_guard lk(stop_mu);
-    if (stop_begun) return;
+    if (stop_begun && (!immediate || stop_immediate)) return;
+    first = !stop_begun;
     stop_begun = true;
+    stop_immediate = stop_immediate || immediate;
   }
   for (auto& s : shards) {
     // A shard already gone (system shutting down) has no entities left.
-    if (s.tell(ShardIn<B>{typename ShardIn<B>::StopAll{}}) != Delivery::delivered) shard_stopped();
+    if (s.tell(ShardIn<B>{typename ShardIn<B>::StopAll{immediate}}) != Delivery::delivered && first) shard_stopped();
   }
 }
 
@@ -393,7 +402,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
                    [&](typename In::Recovered& r) { on_recovered(std::move(*r.result)); },
                    [&](typename In::Appended& a) { on_appended(std::move(a.result)); },
                    [&](typename In::Deadline& d) { on_deadline(d.episode); },
-                   [&](typename In::StopRequest& s) { on_stop_request(s.shutdown); },
+                   [&](typename In::StopRequest& s) { on_stop_request(s.shutdown, s.immediate); },
                    [&](typename In::Idle&) { on_idle(); },
                },
                m.v);
@@ -475,7 +484,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
 
   // Handles waiting work while nothing holds the entity back.
   void resume() {
-    while (phase_ == Phase::running && !persisting_) {
+    while (phase_ == Phase::running && !persisting_ && !immediate_stop_) {
       if (due_episode_) {
         std::uint64_t ep = std::exchange(due_episode_, 0);
         on_deadline(ep);
@@ -834,8 +843,15 @@ class EntityActor final : public Actor<EntityIn<B>> {
     if (quiet >= core_->settings.idle_timeout && !busy) ask_to_stop();
   }
 
-  void on_stop_request(bool shutdown) {
-    if (stop_requested_) return;
+  void on_stop_request(bool shutdown, bool immediate) {
+    if (stop_requested_ && (!immediate || immediate_stop_)) return;
+    if (immediate) {
+      immediate_stop_ = true;
+      // The episode is left as stored: its deadline re-arms wherever the
+      // entity recovers next (E1).
+      (void)this->cancel_timer(kDeadlineKey);
+    }
+    if (stop_requested_) return try_finish_stop();
     stop_requested_ = true;
     (void)shutdown;
     if (in_processing_ || persisting_) bump(core_->counters.stops_deferred);
@@ -843,9 +859,12 @@ class EntityActor final : public Actor<EntityIn<B>> {
   }
 
   void try_finish_stop() {
-    if (!stop_requested_ || persisting_ || in_processing_) return;
-    if (phase_ == Phase::recovering) return;  // recovery decides whether this is a processing state
-    if (phase_ == Phase::running && pending_size()) return;
+    if (!stop_requested_ || persisting_) return;
+    if (!immediate_stop_) {
+      if (in_processing_) return;
+      if (phase_ == Phase::recovering) return;  // recovery decides whether this is a processing state
+      if (phase_ == Phase::running && pending_size()) return;
+    }
     // Whatever is left goes back to the shard, for the next incarnation.
     std::vector<Command> left;
     left.reserve(stash_.size() + pending_size());
@@ -890,6 +909,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
   bool in_processing_ = false;
   bool stop_asked_ = false;
   bool stop_requested_ = false;
+  bool immediate_stop_ = false;
 };
 
 // Ticks a shard's idle sweep. A periodic timer needs a copyable message,
@@ -927,7 +947,7 @@ class EntityShard final : public Actor<ShardIn<B>> {
                    [&](typename In::Passivate& p) { passivate(p.id, p.who); },
                    [&](typename In::Returned& r) { returned(std::move(r.id), std::move(r.cmds)); },
                    [&](typename In::EntityDown& d) { down(d.id, d.who); },
-                   [&](typename In::StopAll&) { stop_all(); },
+                   [&](typename In::StopAll& s) { stop_all(s.immediate); },
                    [&](typename In::IdleTick&) { sweep(); },
                },
                m.v);
@@ -1077,12 +1097,14 @@ class EntityShard final : public Actor<ShardIn<B>> {
     }
   }
 
-  void stop_all() {
+  void stop_all(bool immediate) {
     shutting_down_ = true;
     for (auto& [id, s] : slots_) {
-      if (s.stopping) continue;
+      // An entity already stopping (passivation, or a graceful stop) may be
+      // waiting for its episode: an immediate stop still reaches it.
+      if (s.stopping && !immediate) continue;
       s.stopping = true;
-      (void)s.ref.tell(EIn{typename EIn::StopRequest{true}});
+      (void)s.ref.tell(EIn{typename EIn::StopRequest{true, immediate}});
     }
     finish_if_done();
   }
@@ -1218,6 +1240,13 @@ class EntityRegistry {
   // they already have, else on an actor thread (it must not block). For
   // layers that stop registries without blocking a thread (shard hand-off).
   void when_stopped(std::function<void()> f) const { core_->when_stopped(std::move(f)); }
+  // Stops every entity at once, processing ones too, without handling what
+  // waits for them (those commands are answered shutting_down): for a node
+  // that lost its lease and must stop before another node takes over. An
+  // append in flight finishes first. The stored episodes re-arm their
+  // deadlines wherever the entities recover next (E1). Also upgrades a
+  // graceful stop already under way.
+  void begin_immediate_stop() const { core_->begin_stop(true); }
   // begin_stop() + wait_stopped(bound); bound zero = settings.stop_timeout
   // (or the longest processing timeout plus one second).
   Result<void> stop(Duration bound = Duration::zero()) const {
