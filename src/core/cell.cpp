@@ -198,16 +198,18 @@ void CellBase::request_stop_for_shutdown() noexcept {
 void CellBase::abandon() noexcept {
   state_ = static_cast<std::uint16_t>(state_ | kTerminated);
   Envelope* rest = head_.exchange(kClosed, std::memory_order_acq_rel);
-  if (rest != kIdle && rest != kClosed) drain_dead(rest);
+  Envelope* watches = nullptr;  // see terminate()
+  if (rest != kIdle && rest != kClosed) drain_dead(rest, &watches);
   if (cache_) {
-    drain_dead(cache_);
+    drain_dead(cache_, &watches);
     cache_ = nullptr;
   }
   reset_incarnation();
   if (cache_) {
-    drain_dead(cache_);
+    drain_dead(cache_, &watches);
     cache_ = nullptr;
   }
+  drain_dead(watches);
 }
 
 // --- activation ----------------------------------------------------------------
@@ -418,16 +420,24 @@ void CellBase::terminate(ExitReason reason) noexcept {
   // Close the mailbox: from here every push fails (dead letter). Everything
   // written above is visible to a sender that sees kClosed.
   Envelope* rest = head_.exchange(kClosed, std::memory_order_acq_rel);
-  if (rest != kIdle && rest != kClosed) drain_dead(rest);
+  // Watch requests among the leftovers (queued behind the stop, or deferred
+  // by a restart back-off) are answered only after every leftover message
+  // has been counted, like the registered watchers below: a watcher that
+  // reads stats() when its Down arrives sees all of this actor's dead
+  // letters. Dropping them in mailbox order would send the Down in the
+  // middle of the count.
+  Envelope* watches = nullptr;
+  if (rest != kIdle && rest != kClosed) drain_dead(rest, &watches);
   if (cache_) {
-    drain_dead(cache_);
+    drain_dead(cache_, &watches);
     cache_ = nullptr;
   }
+  if (x && x->deferred_head) {
+    drain_dead(x->deferred_head, &watches);
+    x->deferred_head = x->deferred_tail = nullptr;
+  }
+  drain_dead(watches);  // notifies each of them (WatchEnvelope::drop)
   if (x) {
-    if (x->deferred_head) {
-      drain_dead(x->deferred_head);
-      x->deferred_head = x->deferred_tail = nullptr;
-    }
     for (auto& w : x->watchers) w->notify(*this, reason, x->stop_detail);
     x->watchers.clear();
     // Tell whom we watched to forget us, or our notifiers would pin this
@@ -461,11 +471,14 @@ void CellBase::terminate(ExitReason reason) noexcept {
   }
 }
 
-void CellBase::drain_dead(Envelope* list) noexcept {
+void CellBase::drain_dead(Envelope* list, Envelope** watches) noexcept {
   while (list) {
     Envelope* next = list->next;
     list->next = nullptr;
-    if (!list->sys) {
+    if (watches && list->sys == &SysEnvelope<WatchEnvelope>::dispatch) {
+      list->next = *watches;
+      *watches = list;
+    } else if (!list->sys) {
       count_dead_letter(message_type_name());
       destroy_user(list);
     } else {

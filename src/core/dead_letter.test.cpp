@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -161,6 +162,49 @@ TEST_F(DeadLetters, a_stop_request_lets_already_queued_messages_be_handled_first
   EXPECT_EQ(read.expect_messages(2, 0ms), (std::vector<int>{1, 2}));
   EXPECT_EQ(read.pending(), 0u);
   EXPECT_EQ(system.stats().dead_letters, 1u);
+}
+
+// Watches `target` from on_start, which queues the watch request in the
+// target's mailbox before `watching` opens, and forwards the Down.
+struct Watcher : troupe::Actor<troupe::Down> {
+  Watcher(ActorRef<MailMsg> t, Gate* w, ActorRef<troupe::Down> o)
+      : target(std::move(t)), watching(w), out(std::move(o)) {}
+  void on_start() {
+    watch(target);
+    watching->open();
+  }
+  void receive(troupe::Down& d) { out.tell(std::move(d)); }
+  ActorRef<MailMsg> target;
+  Gate* watching;
+  ActorRef<troupe::Down> out;
+};
+
+// A watch request still queued when the actor stops is answered like the
+// registered watchers, after every leftover message has been counted: the
+// Down never overtakes the dead letters it follows.
+TEST_F(DeadLetters, a_watch_queued_behind_a_stop_hears_down_only_after_every_leftover_is_counted) {
+  TestProbe<troupe::Down> downs(system, "downs");
+  auto a = system.spawn<Recipient>(SpawnOptions{.name = "quitter"}, read.ref());
+  Gate entered, release, watching;
+  a.tell(Hold{&entered, &release, /*stop_after=*/true});
+  ASSERT_TRUE(entered.wait());
+  a.tell(Letter{1});
+  a.tell(Letter{2});
+  system.spawn<Watcher>(a, &watching, downs.ref());
+  ASSERT_TRUE(watching.wait());  // queued behind the Hold and the letters
+  std::optional<troupe::Down> early;
+  {
+    // The hook runs under this lock: holding it stalls the count at the
+    // first leftover, so a Down sent before the count is done shows here.
+    std::unique_lock lk(rec->mu);
+    release.open();
+    early = downs.try_receive(200ms);
+  }
+  EXPECT_FALSE(early.has_value()) << "Down arrived while the leftovers were still being counted";
+  auto d = early ? std::move(*early) : downs.expect_message();
+  EXPECT_EQ(d.reason, troupe::ExitReason::normal);
+  EXPECT_EQ(system.stats().dead_letters, 2u);
+  EXPECT_EQ(rec->snapshot().size(), 2u);
 }
 
 TEST_F(DeadLetters, a_tell_through_an_empty_ref_is_a_dead_letter_not_a_crash) {

@@ -301,7 +301,10 @@ class CellBase : public Pooled {
   void handle_failure(std::exception_ptr ep) noexcept;
   void request_failure_stop(std::string detail) noexcept;
   void terminate(ExitReason reason) noexcept;
-  void drain_dead(Envelope* list) noexcept;
+  // Counts and frees the user messages in `list` and drops the runtime ones.
+  // With `watches`, watch requests are set aside there instead of being
+  // answered, so that the caller notifies only after the whole count.
+  void drain_dead(Envelope* list, Envelope** watches = nullptr) noexcept;
   void reset_incarnation() noexcept;
   void defer(Envelope* e) noexcept;
   void arm_restart() noexcept;
