@@ -70,4 +70,17 @@ void thread_ring(caf::actor_system& sys);
 void ask(caf::actor_system& sys);
 void idle_memory(caf::actor_system& sys);
 
+#if BENCH_CAF_HAVE_IO
+// The remote workloads (remote.cpp, bench/common/remote.hpp): the client
+// side, run as `bench_caf remote_tell|remote_ask`, and the server node it
+// starts as `bench_caf remote_server <workload> <fd>`. Both sides configure
+// their actor_system with the workload's *_configure (middleman, message
+// types, scheduler policy).
+void remote_tell_configure(caf::actor_system_config& cfg);
+void remote_ask_configure(caf::actor_system_config& cfg);
+void remote_tell(caf::actor_system& sys);
+void remote_ask(caf::actor_system& sys);
+int remote_server(caf::actor_system& sys, const char* workload, const char* port_fd);
+#endif
+
 }  // namespace caf_bench

@@ -1,12 +1,15 @@
 // CAF 0.17 peer of the troupe benchmark suite: `bench_caf <workload>` runs one
 // workload in a fresh process and prints one JSON line per metric (see
-// bench/common/report.hpp). Unknown workload -> stderr, exit 2.
+// bench/common/report.hpp). Unknown workload -> stderr, exit 2. The remote
+// workloads start a second copy of this binary as their server node
+// (`bench_caf remote_server <workload> <fd>`, see bench/common/remote.hpp).
 
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
 
+#include "common/remote.hpp"
 #include "peers/caf/common.hpp"
 
 namespace {
@@ -14,6 +17,9 @@ namespace {
 struct workload {
   const char* name;
   std::function<void(caf::actor_system&)> run;
+  // Extra configuration before the actor_system starts (remote workloads:
+  // the middleman and their message types), or null.
+  void (*configure)(caf::actor_system_config&) = nullptr;
 };
 
 const workload kWorkloads[] = {
@@ -25,7 +31,25 @@ const workload kWorkloads[] = {
   {"thread_ring", caf_bench::thread_ring},
   {"ask", caf_bench::ask},
   {"idle_memory", caf_bench::idle_memory},
+#if BENCH_CAF_HAVE_IO
+  {"remote_tell", caf_bench::remote_tell, caf_bench::remote_tell_configure},
+  {"remote_ask", caf_bench::remote_ask, caf_bench::remote_ask_configure},
+#endif
 };
+
+const workload* find_workload(const char* name) {
+  for (const auto& w : kWorkloads)
+    if (std::strcmp(w.name, name) == 0)
+      return &w;
+  return nullptr;
+}
+
+// See main()'s comment for the configuration choices.
+void base_config(caf::actor_system_config& cfg, const workload& w) {
+  cfg.set("scheduler.max-threads", 2);
+  if (w.configure != nullptr)
+    w.configure(cfg);
+}
 
 void usage(std::FILE* out) {
   std::fprintf(out, "usage: bench_caf <workload>\nworkloads:");
@@ -37,14 +61,24 @@ void usage(std::FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if BENCH_CAF_HAVE_IO
+  if (argc == 4 && std::strcmp(argv[1], bench::remote::kServerArg) == 0) {
+    const workload* w = find_workload(argv[2]);
+    if (w == nullptr || w->configure == nullptr) {
+      std::fprintf(stderr, "bench_caf: no remote workload '%s'\n", argv[2]);
+      return 2;
+    }
+    caf::actor_system_config cfg;
+    base_config(cfg, *w);
+    caf::actor_system sys{cfg};
+    return caf_bench::remote_server(sys, argv[2], argv[3]);
+  }
+#endif
   if (argc != 2) {
     usage(stderr);
     return 2;
   }
-  const workload* selected = nullptr;
-  for (const auto& w : kWorkloads)
-    if (std::strcmp(w.name, argv[1]) == 0)
-      selected = &w;
+  const workload* selected = find_workload(argv[1]);
   if (selected == nullptr) {
     std::fprintf(stderr, "bench_caf: unknown workload '%s'\n", argv[1]);
     usage(stderr);
@@ -59,8 +93,12 @@ int main(int argc, char** argv) {
   //    setting for throughput) are kept.
   //  - No config file / CLI parsing: the process must not pick up a stray
   //    caf-application.ini from the working directory.
+  //  - Remote workloads load the middleman (BASP over TCP) with all of its
+  //    settings at their defaults and pick the scheduler policy that
+  //    measured faster for each (remote.cpp, configure_common, and
+  //    bench/peers/README.md say why).
   caf::actor_system_config cfg;
-  cfg.set("scheduler.max-threads", 2);
+  base_config(cfg, *selected);
   {
     caf::actor_system sys{cfg};
     selected->run(sys);
