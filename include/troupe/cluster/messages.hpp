@@ -85,6 +85,21 @@ struct ReplyTypeOf<T> {
   static constexpr bool has = true;
 };
 
+// Answers m's reply target, if it has a pending one, with `e`.
+template <class M>
+void fail_reply_target(M& m, const Error& e) {
+  auto one = [&](auto& alt) {
+    if constexpr (ReplyTypeOf<std::remove_cvref_t<decltype(alt)>>::has) {
+      if (alt.reply_to.pending()) alt.reply_to.fail(e);
+    }
+  };
+  if constexpr (troupe::detail::IsVariant<M>::value) {
+    std::visit(one, m);
+  } else {
+    one(m);
+  }
+}
+
 }  // namespace detail
 
 // The codecs of one message type M. Value type (copyable); see the file

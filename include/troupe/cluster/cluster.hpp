@@ -1,0 +1,80 @@
+#pragma once
+// A cluster node: remoting over TCP, membership and placement in Redis, and
+// the shard directory that shard regions use — started and stopped together.
+//
+//   troupe::cluster::ClusterSettings cs;
+//   cs.node_id = "node-a";
+//   cs.listen_port = 7101;
+//   cs.coordination.redis_port = 6380;
+//   auto cluster = troupe::cluster::Cluster::start(system, cs);   // blocks until registered
+//   auto payments = troupe::cluster::ShardRegion<Payment>::start(system, journal, cluster.value()->remoting(),
+//                                                                cluster.value()->directory(), settings, events, commands);
+//   ...
+//   (void)cluster.value()->leave();   // graceful: shards handed to the other nodes (E6)
+//
+// Membership drives the transport: every live member's address (stored in
+// Redis with its heartbeat) becomes a peer; a member that leaves or is
+// declared dead is removed, its connection closed, and every region forgets
+// it as an owner. Shards are placement units of the group
+// "shards/<entity type>", one unit per shard, so rebalance_all and relocate
+// of the coordinator move shards with the hand-off protocol of
+// sharding.hpp. A node that loses its lease stops its shards at once
+// (immediate stop), before any other node may take them over.
+//
+// Ownership: start() returns the only owner; it owns the Remoting and the
+// Coordinator and shares the actor system with the caller. Regions started
+// on it must be stopped (or the node left) before it is destroyed.
+// Thread safety: all members are thread-safe.
+
+#include <memory>
+#include <string>
+
+#include "troupe/cluster/coordinator.hpp"
+#include "troupe/cluster/remote.hpp"
+#include "troupe/cluster/sharding.hpp"
+
+namespace troupe::cluster {
+
+struct ClusterSettings {
+  std::string node_id;
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 0;  // 0: any free port
+  // The host other nodes dial; empty: listen_host.
+  std::string advertise_host;
+  std::size_t max_frame_bytes = 16u << 20;
+  std::size_t max_outbound_bytes = 64u << 20;
+  // Redis, liveness and placement; node_id and address are filled in from
+  // the fields above.
+  CoordinatorSettings coordination{};
+  // How long start() waits for Redis and registration.
+  Duration start_timeout = std::chrono::seconds(30);
+};
+
+class Cluster {
+ public:
+  // Starts remoting, registers with Redis and waits for start-up. Errors:
+  // invalid_argument (settings), coordination_failed (Redis unreachable,
+  // naming host:port), timeout, or the transport's (port in use).
+  static Result<std::unique_ptr<Cluster>> start(ActorSystem& system, ClusterSettings settings);
+  // An abrupt stop, as a crash looks to the others: no hand-off.
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  const std::string& node_id() const;
+  Remoting& remoting();
+  Coordinator& coordinator();
+  ShardDirectory& directory();
+
+  // Graceful leave: every shard and worker hosted here is stopped (E6) and
+  // handed to live members, the node leaves the membership, remoting stops.
+  // Waits up to `bound`.
+  Result<void> leave(Duration bound = std::chrono::seconds(60));
+
+ private:
+  struct Impl;
+  explicit Cluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::cluster

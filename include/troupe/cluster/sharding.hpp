@@ -1,0 +1,708 @@
+#pragma once
+// Cluster sharding: the entities of one type spread over the nodes of a
+// cluster (SPEC E5, E6, E7 across nodes).
+//
+// Every node runs a ShardRegion for each entity type. An entity id maps to
+// one of `shard_count` shards by a stable hash (FNV-1a 64 of the id, the
+// same on every node and build); a ShardDirectory says which node owns each
+// shard (in a cluster, the Redis coordinator: one owner per shard, an epoch
+// per move). A command sent to any node's region reaches the entity on the
+// shard's owner:
+//
+//   - owned here: the shard's entities live in a local entity registry
+//     (started on demand, recovered from the journal, passivated when idle,
+//     stopped gracefully) exactly as on a single node;
+//   - owned elsewhere: the command is encoded with the type's
+//     MessageCodecs and sent over the node pair's connection; an ask's
+//     answer comes back to the asker;
+//   - not yet known, being allocated, or being handed off: the command waits
+//     in the shard's bounded buffer (buffer_overflow past it), in arrival
+//     order, and goes on once the owner is known and ready.
+//
+// Hand-off (a rebalance move, or this node leaving): the old owner stops the
+// shard's entities with the graceful stop of E6 (processing entities finish
+// their episode first), then tells the directory it released the shard;
+// only then does the new owner start it. Commands that reach the old owner
+// meanwhile wait in its buffer and are forwarded to the new owner after the
+// release, in order. A node that loses its lease (self-fencing) stops its
+// shards at once, before any other node may take them over; the journal's
+// primary key (E7) refuses a second writer should one ever race.
+//
+// Order: commands from one sender to one entity arrive in the order sent —
+// they share one path (buffer, local registry, or the one connection to
+// the owner; a forwarding node forwards in arrival order). A node keeps its
+// view of a remote shard's owner until that node leaves the cluster, so a
+// sender's path does not change under it while a move is in flight: after a
+// move, traffic from nodes that knew the old owner is forwarded by it.
+//
+// Thread safety: all members of ShardRegion are thread-safe. Ownership: a
+// region shares the actor system, the journal, the remoting layer and the
+// directory with the caller, who keeps them alive until stop() returned.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "troupe/cluster/messages.hpp"
+#include "troupe/cluster/remote.hpp"
+#include "troupe/persist/entity.hpp"
+
+namespace troupe::cluster {
+
+// The stable hash of an entity id: FNV-1a, 64 bits.
+constexpr std::uint64_t entity_hash(std::string_view id) noexcept {
+  std::uint64_t h = 14695981039346656037ull;
+  for (char c : id) {
+    h ^= static_cast<std::uint8_t>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+constexpr std::uint32_t shard_of(std::string_view id, std::uint32_t shard_count) noexcept {
+  return static_cast<std::uint32_t>(entity_hash(id) % shard_count);
+}
+
+// Where shards live. Implemented over the Redis coordinator for a cluster
+// (RedisShardDirectory) and in memory for one process (StaticShardDirectory).
+// Implementations are thread-safe; callbacks they make must not block.
+class ShardDirectory {
+ public:
+  struct Location {
+    std::string owner;
+    std::uint64_t epoch = 0;
+  };
+  // What the directory tells a region of this node.
+  struct Host {
+    // Run `shard` here from now on (its previous owner, if any, released it
+    // or is gone).
+    std::function<void(std::uint32_t shard, std::uint64_t epoch)> start;
+    // Stop running `shard`, then call released(): gracefully for a
+    // hand-off (E6); at once when `immediate` (this node lost its lease and
+    // another may take over soon: processing entities stop too, their
+    // deadlines re-arm where they recover next).
+    std::function<void(std::uint32_t shard, std::uint64_t epoch, bool immediate)> stop;
+    // `node` left the cluster: forget it as the owner of anything.
+    std::function<void(std::string_view node)> node_left;
+  };
+  using Located = troupe::detail::UniqueFunction<void(Result<Location>)>;
+
+  virtual ~ShardDirectory() = default;
+  virtual const std::string& self() const = 0;
+  // A region of entity type `type` with `shard_count` shards runs on this
+  // node. invalid_argument if the type is attached already.
+  virtual Result<void> attach(const std::string& type, std::uint32_t shard_count, Host host) = 0;
+  virtual void detach(const std::string& type) = 0;
+  // Where `shard` lives, allocating it (least-loaded live node) if nobody
+  // owns it. The owner may be this node before start() was called for it
+  // (a hand-off still running): the region then waits for start().
+  virtual void locate(const std::string& type, std::uint32_t shard, Located done) = 0;
+  // This node stopped `shard` (held at `epoch`) after stop().
+  virtual void released(const std::string& type, std::uint32_t shard, std::uint64_t epoch) = 0;
+};
+
+struct ShardRegionSettings {
+  // type_name, idle_timeout (E5), stash_capacity (E8), stop_timeout (E6)
+  // apply per entity as on one node; `shards` is ignored (one registry
+  // shard per cluster shard).
+  EntitySettings entity{};
+  // Shards of this type; the same on every node. Ten or more per node the
+  // cluster may grow to keeps rebalancing fine-grained.
+  std::uint32_t shard_count = 128;
+  // Commands held per shard while its owner is being found or while it is
+  // handed off. Past it: buffer_overflow to the sender.
+  std::size_t buffer_per_shard = 10'000;
+  // A command forwarded this many times without reaching its owner is
+  // answered unreachable (directories that disagree for longer than a
+  // move should never happen; this keeps a bug from looping).
+  std::uint8_t max_hops = 4;
+};
+
+// Counters of one region on one node; each exact, the set not a snapshot.
+struct ShardRegionStats {
+  std::uint64_t shards_hosted = 0;      // running here now
+  std::uint64_t shards_started = 0;
+  std::uint64_t shards_handed_off = 0;  // stopped here and released
+  std::uint64_t buffered = 0;           // commands waiting now
+  std::uint64_t sent_remote = 0;        // commands sent to another node
+  std::uint64_t received_remote = 0;    // commands that arrived from another node
+  std::uint64_t forwarded = 0;          // arrived here for a shard owned elsewhere
+  std::uint64_t refused = 0;            // answered with an error by the region
+  EntityStats entities{};               // summed over the hosted shards
+};
+
+namespace detail {
+
+inline std::string shard_group(std::string_view type) { return "shards/" + std::string(type); }
+
+template <class B>
+class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
+ public:
+  using Command = troupe::detail::CommandOf<B>;
+  using Event = troupe::detail::EventOf<B>;
+  using State = troupe::detail::StateOf<B>;
+  using Factory = std::function<B(const std::string&)>;
+
+  ActorSystem* system = nullptr;
+  std::shared_ptr<Journal> journal;
+  Remoting* remoting = nullptr;
+  ShardDirectory* directory = nullptr;
+  ShardRegionSettings settings;
+  EventCodecs<Event> event_codecs;
+  MessageCodecs<Command> codecs;
+  Factory factory;
+  std::optional<StateCodec<State>> snapshots;
+  std::string inbox_name;
+
+  enum class Phase { unknown, locating, local, remote, waiting, stopping };
+  struct Pending {
+    std::string id;
+    Command cmd;
+    std::uint8_t hops = 0;
+  };
+  struct Shard {
+    std::mutex mu;
+    Phase phase = Phase::unknown;
+    std::string owner;
+    std::uint64_t epoch = 0;
+    std::optional<EntityRegistry<B>> host;
+    std::deque<Pending> buffer;
+    // Started here again while the previous registry was still stopping:
+    // the epoch to open with once it has.
+    std::optional<std::uint64_t> restart_epoch;
+  };
+  std::unique_ptr<Shard[]> shards;
+
+  std::atomic<std::uint64_t> hosted{0}, started{0}, handed_off{0}, buffered{0}, sent_remote{0}, received_remote{0},
+      forwarded{0}, refused{0};
+  std::atomic<bool> stopping{false};
+  // Registries of shards handed off or stopped still count in the stats.
+  std::mutex retired_mu;
+  EntityStats retired{};
+
+  void refuse(Command& c, const Error& e) {
+    refused.fetch_add(1, std::memory_order_relaxed);
+    troupe::detail::with_reply_target(c, [&](auto* rt) {
+      if (rt && rt->pending()) rt->fail(e);
+    });
+  }
+
+  // Routes a command to its entity from any thread.
+  void route(std::string id, Command cmd, std::uint8_t hops) {
+    if (hops > settings.max_hops) {
+      refuse(cmd, Error(ErrorCode::unreachable, "entity '" + settings.entity.type_name + "|" + id +
+                                                    "': forwarded " + std::to_string(hops) + " times without reaching its shard's owner"));
+      return;
+    }
+    std::uint32_t s = shard_of(id, settings.shard_count);
+    Shard& sh = shards[s];
+    std::unique_lock lk(sh.mu);
+    switch (sh.phase) {
+      case Phase::local:
+        return deliver_local(sh, std::move(id), std::move(cmd));
+      case Phase::remote:
+        return send_remote(sh, s, std::move(id), std::move(cmd), hops);
+      case Phase::unknown:
+        if (!hold(sh, std::move(id), std::move(cmd), hops)) return;
+        sh.phase = Phase::locating;
+        lk.unlock();
+        return locate(s);
+      case Phase::locating:
+      case Phase::waiting:
+      case Phase::stopping:
+        (void)hold(sh, std::move(id), std::move(cmd), hops);
+        return;
+    }
+  }
+
+  bool hold(Shard& sh, std::string id, Command cmd, std::uint8_t hops) {
+    if (stopping.load(std::memory_order_acquire)) {
+      refuse(cmd, Error(ErrorCode::shutting_down, "entity type '" + settings.entity.type_name + "' is stopping on node '" +
+                                                      directory->self() + "'"));
+      return false;
+    }
+    if (sh.buffer.size() >= settings.buffer_per_shard) {
+      refuse(cmd, Error(ErrorCode::buffer_overflow, "entity '" + settings.entity.type_name + "|" + id + "': " +
+                                                        std::to_string(settings.buffer_per_shard) +
+                                                        " commands already wait for its shard's owner"));
+      return false;
+    }
+    sh.buffer.push_back(Pending{std::move(id), std::move(cmd), hops});
+    buffered.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  void deliver_local(Shard& sh, std::string id, Command cmd) {
+    // The registry answers a command it refuses (stopping) through its reply
+    // target, so nothing more to do on error.
+    (void)sh.host->tell(id, std::move(cmd));
+  }
+
+  void send_remote(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops) {
+    ByteWriter& w = scratch_writer();
+    w.bytes().clear();
+    w.u64(0);  // request id, patched for an ask
+    w.str(inbox_name);
+    w.u32(s);
+    w.u8(hops);
+    w.str(id);
+    std::size_t id_at = w.bytes().size();
+    w.u32(0);
+    std::optional<PendingReply> reply;
+    auto msg_id = codecs.encode(cmd, w, reply);
+    if (!msg_id.ok()) {
+      refuse(cmd, msg_id.error());
+      return;
+    }
+    auto& b = w.bytes();
+    for (int i = 0; i < 4; ++i) b[id_at + i] = static_cast<char>((msg_id.value() >> (8 * i)) & 0xff);
+    sent_remote.fetch_add(1, std::memory_order_relaxed);
+    Result<void> sent;
+    if (reply) {
+      std::uint64_t req = add_pending(remoting->core(), sh.owner, std::move(*reply), ask_forget_after);
+      for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((req >> (8 * i)) & 0xff);
+      sent = send_frame(remoting->core(), sh.owner, RemoteKind::entity_ask, b);
+      if (!sent.ok()) fail_pending(remoting->core(), req, sent.error());
+    } else {
+      // A tell carries no request id: skip the 8 placeholder bytes.
+      sent = send_frame(remoting->core(), sh.owner, RemoteKind::entity_tell, std::string_view(b).substr(8));
+      if (!sent.ok()) refused.fetch_add(1, std::memory_order_relaxed);
+    }
+    // The owner we knew is gone from the address book (it left or died,
+    // possibly before its shards were moved when we located this one):
+    // locate the shard again for the next command.
+    if (!sent.ok() && sent.error().code() == ErrorCode::unreachable) {
+      sh.phase = Phase::unknown;
+      sh.owner.clear();
+    }
+  }
+  // How long a remote ask's bookkeeping outlives an answer that never comes
+  // (its future completed with its own timeout long before).
+  Duration ask_forget_after = std::chrono::seconds(60);
+
+  void locate(std::uint32_t s) {
+    std::weak_ptr<RegionCore> w = this->shared_from_this();
+    directory->locate(settings.entity.type_name, s, [w, s](Result<ShardDirectory::Location> loc) {
+      if (auto c = w.lock()) c->located(s, std::move(loc));
+    });
+  }
+
+  void located(std::uint32_t s, Result<ShardDirectory::Location> loc) {
+    Shard& sh = shards[s];
+    std::unique_lock lk(sh.mu);
+    if (sh.phase != Phase::locating) return;  // started meanwhile
+    if (!loc.ok()) {
+      sh.phase = Phase::unknown;
+      auto waiting = std::move(sh.buffer);
+      sh.buffer.clear();
+      buffered.fetch_sub(waiting.size(), std::memory_order_relaxed);
+      lk.unlock();
+      for (auto& p : waiting) refuse(p.cmd, loc.error());
+      return;
+    }
+    if (loc.value().owner == directory->self()) {
+      // Ours, but start() has not come yet (a hand-off in progress, or the
+      // directory's start is on its way): wait for it.
+      sh.phase = Phase::waiting;
+      sh.epoch = loc.value().epoch;
+      return;
+    }
+    sh.phase = Phase::remote;
+    sh.owner = loc.value().owner;
+    sh.epoch = loc.value().epoch;
+    flush(sh, s);
+  }
+
+  // Sends what waited, in order; with sh.mu held and a phase of local or
+  // remote.
+  void flush(Shard& sh, std::uint32_t s) {
+    auto waiting = std::move(sh.buffer);
+    sh.buffer.clear();
+    buffered.fetch_sub(waiting.size(), std::memory_order_relaxed);
+    for (auto& p : waiting) {
+      if (sh.phase == Phase::local) {
+        deliver_local(sh, std::move(p.id), std::move(p.cmd));
+      } else {
+        send_remote(sh, s, std::move(p.id), std::move(p.cmd), p.hops);
+      }
+    }
+  }
+
+  void start_shard(std::uint32_t s, std::uint64_t epoch) {
+    if (s >= settings.shard_count) return;
+    Shard& sh = shards[s];
+    std::lock_guard lk(sh.mu);
+    if (sh.phase == Phase::local) {
+      sh.epoch = epoch;
+      return;
+    }
+    if (sh.phase == Phase::stopping) {
+      // Stopped and restarted here before the old registry finished: the
+      // start goes on when it has (see retire()).
+      sh.epoch = epoch;
+      sh.restart_epoch = epoch;
+      return;
+    }
+    open_host(sh, s, epoch);
+  }
+
+  void open_host(Shard& sh, std::uint32_t s, std::uint64_t epoch) {
+    EntitySettings es = settings.entity;
+    es.shards = 1;
+    auto reg = EntityRegistry<B>::start(*system, journal, es, event_codecs, factory, snapshots);
+    if (!reg.ok()) {
+      // Only shutting_down can happen here (settings were checked at start).
+      sh.phase = Phase::unknown;
+      auto waiting = std::move(sh.buffer);
+      sh.buffer.clear();
+      buffered.fetch_sub(waiting.size(), std::memory_order_relaxed);
+      for (auto& p : waiting) refuse(p.cmd, reg.error());
+      return;
+    }
+    sh.host.emplace(std::move(reg.value()));
+    sh.phase = Phase::local;
+    sh.owner = directory->self();
+    sh.epoch = epoch;
+    hosted.fetch_add(1, std::memory_order_relaxed);
+    started.fetch_add(1, std::memory_order_relaxed);
+    flush(sh, s);
+  }
+
+  void stop_shard(std::uint32_t s, std::uint64_t epoch, bool immediate) {
+    if (s >= settings.shard_count) return;
+    Shard& sh = shards[s];
+    std::unique_lock lk(sh.mu);
+    if (sh.phase == Phase::stopping) {
+      // Already stopping gracefully: a fence makes it immediate.
+      if (immediate && sh.host) {
+        EntityRegistry<B> reg = *sh.host;
+        lk.unlock();
+        reg.begin_immediate_stop();
+      }
+      return;
+    }
+    if (sh.phase != Phase::local) {
+      // Not running here: nothing to hand off.
+      if (sh.phase == Phase::waiting) sh.phase = Phase::unknown;
+      lk.unlock();
+      directory->released(settings.entity.type_name, s, epoch);
+      return;
+    }
+    sh.phase = Phase::stopping;
+    EntityRegistry<B> reg = *sh.host;
+    lk.unlock();
+    if (immediate) {
+      reg.begin_immediate_stop();
+    } else {
+      reg.begin_stop();
+    }
+    std::weak_ptr<RegionCore> w = this->shared_from_this();
+    reg.when_stopped([w, s, epoch] {
+      if (auto c = w.lock()) c->retire(s, epoch);
+    });
+  }
+
+  // The shard's entities have all stopped after stop_shard().
+  void retire(std::uint32_t s, std::uint64_t epoch) {
+    Shard& sh = shards[s];
+    std::unique_lock lk(sh.mu);
+    if (sh.host) {
+      add_retired(sh.host->stats());
+      sh.host.reset();
+      hosted.fetch_sub(1, std::memory_order_relaxed);
+    }
+    handed_off.fetch_add(1, std::memory_order_relaxed);
+    if (sh.restart_epoch && !stopping.load(std::memory_order_acquire)) {
+      std::uint64_t e = *sh.restart_epoch;
+      sh.restart_epoch.reset();
+      lk.unlock();
+      // The old incarnation is released first, then this node opens the
+      // shard again at its new epoch.
+      directory->released(settings.entity.type_name, s, epoch);
+      lk.lock();
+      if (sh.phase == Phase::stopping) open_host(sh, s, e);
+      return;
+    }
+    sh.restart_epoch.reset();
+    sh.phase = Phase::unknown;
+    bool relocate = !sh.buffer.empty() && !stopping.load(std::memory_order_acquire);
+    if (relocate) sh.phase = Phase::locating;
+    lk.unlock();
+    directory->released(settings.entity.type_name, s, epoch);
+    if (relocate) locate(s);
+  }
+
+  void node_left(std::string_view node) {
+    for (std::uint32_t s = 0; s < settings.shard_count; ++s) {
+      Shard& sh = shards[s];
+      std::unique_lock lk(sh.mu);
+      if (sh.phase == Phase::remote && sh.owner == node) {
+        sh.phase = Phase::unknown;
+        sh.owner.clear();
+      }
+    }
+  }
+
+  void add_retired(const EntityStats& e) {
+    std::lock_guard lk(retired_mu);
+    sum_into(retired, e);
+  }
+  static void sum_into(EntityStats& to, const EntityStats& e) {
+    to.incarnations_started += e.incarnations_started;
+    to.active += e.active;
+    to.passivations += e.passivations;
+    to.recoveries += e.recoveries;
+    to.recovery_failures += e.recovery_failures;
+    to.events_persisted += e.events_persisted;
+    to.snapshots_saved += e.snapshots_saved;
+    to.processing_timeouts += e.processing_timeouts;
+    to.stale_deadlines += e.stale_deadlines;
+    to.stops_deferred += e.stops_deferred;
+    to.stash_overflows += e.stash_overflows;
+    to.missing_replies += e.missing_replies;
+    to.journal_conflicts += e.journal_conflicts;
+    to.journal_failures += e.journal_failures;
+    to.commands_failed += e.commands_failed;
+    to.commands_dropped += e.commands_dropped;
+    to.handler_failures += e.handler_failures;
+  }
+
+  ShardRegionStats stats() {
+    ShardRegionStats st;
+    st.shards_hosted = hosted.load();
+    st.shards_started = started.load();
+    st.shards_handed_off = handed_off.load();
+    st.buffered = buffered.load();
+    st.sent_remote = sent_remote.load();
+    st.received_remote = received_remote.load();
+    st.forwarded = forwarded.load();
+    st.refused = refused.load();
+    {
+      std::lock_guard lk(retired_mu);
+      st.entities = retired;
+      st.entities.active = 0;
+    }
+    for (std::uint32_t s = 0; s < settings.shard_count; ++s) {
+      std::lock_guard lk(shards[s].mu);
+      if (shards[s].host) sum_into(st.entities, shards[s].host->stats());
+    }
+    return st;
+  }
+
+  // Stops every shard hosted here (node leaving or region stopping) and
+  // waits, up to `bound`, for their entities. Later commands are refused.
+  void stop_all() {
+    stopping.store(true, std::memory_order_release);
+    for (std::uint32_t s = 0; s < settings.shard_count; ++s) {
+      Shard& sh = shards[s];
+      std::unique_lock lk(sh.mu);
+      auto waiting = std::move(sh.buffer);
+      sh.buffer.clear();
+      buffered.fetch_sub(waiting.size(), std::memory_order_relaxed);
+      bool local = sh.phase == Phase::local;
+      std::uint64_t epoch = sh.epoch;
+      lk.unlock();
+      for (auto& p : waiting)
+        refuse(p.cmd, Error(ErrorCode::shutting_down, "entity type '" + settings.entity.type_name +
+                                                          "' is stopping on node '" + directory->self() + "'"));
+      if (local) stop_shard(s, epoch, false);
+    }
+  }
+
+  bool all_stopped() {
+    for (std::uint32_t s = 0; s < settings.shard_count; ++s) {
+      std::lock_guard lk(shards[s].mu);
+      if (shards[s].phase == Phase::local || shards[s].phase == Phase::stopping) return false;
+    }
+    return true;
+  }
+
+  // A frame of the entity kinds from another node.
+  Result<void> on_remote(std::string_view from, std::string_view rest, std::optional<ReplySink> sink) {
+    ByteReader r(rest);
+    std::uint32_t s = r.u32();
+    std::uint8_t hops = r.u8();
+    std::string id = r.str();
+    std::uint32_t msg_id = r.u32();
+    if (r.failed() || s >= settings.shard_count || id.empty()) {
+      Error e(ErrorCode::protocol_error, "entity frame from node '" + std::string(from) + "' with a bad header");
+      if (sink) (*sink)(ReplyBytes(e));
+      return e;
+    }
+    auto cmd = codecs.decode(msg_id, rest.substr(rest.size() - r.remaining()), sink ? &*sink : nullptr);
+    if (!cmd.ok()) {
+      if (sink) (*sink)(ReplyBytes(cmd.error()));
+      return std::move(cmd).error();
+    }
+    received_remote.fetch_add(1, std::memory_order_relaxed);
+    {
+      Shard& sh = shards[s];
+      std::lock_guard lk(sh.mu);
+      if (sh.phase == Phase::remote) forwarded.fetch_add(1, std::memory_order_relaxed);
+    }
+    route(std::move(id), std::move(cmd.value()), static_cast<std::uint8_t>(hops + 1));
+    return {};
+  }
+
+};
+
+template <class B>
+class RegionInbox final : public Inbox {
+ public:
+  explicit RegionInbox(std::weak_ptr<RegionCore<B>> c) : core_(std::move(c)) {}
+  Result<void> deliver(std::string_view, std::uint32_t, std::string_view, std::optional<ReplySink> sink) override {
+    Error e(ErrorCode::protocol_error, "an actor frame for a shard region");
+    if (sink) (*sink)(ReplyBytes(e));
+    return e;
+  }
+  Result<void> deliver_entity(std::string_view from, std::string_view rest, std::optional<ReplySink> sink) override {
+    auto c = core_.lock();
+    if (!c) {
+      Error e(ErrorCode::shutting_down, "the shard region is stopped");
+      if (sink) (*sink)(ReplyBytes(e));
+      return e;
+    }
+    return c->on_remote(from, rest, std::move(sink));
+  }
+
+ private:
+  std::weak_ptr<RegionCore<B>> core_;
+};
+
+}  // namespace detail
+
+// The entities of one type on this node's share of the cluster. A copyable
+// handle to shared state; see the file comment for ownership and threads.
+template <class B>
+class ShardRegion {
+ public:
+  using Command = troupe::detail::CommandOf<B>;
+  using Event = troupe::detail::EventOf<B>;
+  using State = troupe::detail::StateOf<B>;
+  using Factory = std::function<B(const std::string&)>;
+
+  // Errors (invalid_argument): what EntityRegistry::start refuses, a zero
+  // shard count or buffer, no message codecs, a type already attached to
+  // the directory or published on this node.
+  static Result<ShardRegion> start(ActorSystem& system, std::shared_ptr<Journal> journal, Remoting& remoting,
+                                   ShardDirectory& directory, ShardRegionSettings settings,
+                                   EventCodecs<Event> event_codecs, MessageCodecs<Command> codecs, Factory factory = {},
+                                   std::optional<StateCodec<State>> snapshots = std::nullopt) {
+    auto bad = [](std::string m) { return Error(ErrorCode::invalid_argument, std::move(m)); };
+    const std::string type = settings.entity.type_name;
+    if (type.empty() || type.find('|') != std::string::npos) return bad("entity type name '" + type + "' is empty or contains '|'");
+    if (settings.shard_count == 0) return bad("entity type '" + type + "': shard_count is 0");
+    if (settings.buffer_per_shard == 0) return bad("entity type '" + type + "': buffer_per_shard is 0");
+    if (codecs.empty()) return bad("entity type '" + type + "': no message codecs registered");
+    if (!journal) return bad("entity type '" + type + "': no journal");
+    if (event_codecs.empty()) return bad("entity type '" + type + "': no event codecs registered");
+    if (settings.entity.stash_capacity == 0) return bad("entity type '" + type + "': stash capacity is 0");
+    if (settings.entity.snapshot_every && !snapshots) return bad("entity type '" + type + "': snapshot_every needs a state codec");
+    if (!factory && !std::is_default_constructible_v<B>)
+      return bad("entity type '" + type + "': no factory and the behaviour has no default constructor");
+
+    auto core = std::make_shared<detail::RegionCore<B>>();
+    core->system = &system;
+    core->journal = std::move(journal);
+    core->remoting = &remoting;
+    core->directory = &directory;
+    core->settings = std::move(settings);
+    core->event_codecs = std::move(event_codecs);
+    core->codecs = std::move(codecs);
+    core->factory = std::move(factory);
+    core->snapshots = std::move(snapshots);
+    core->inbox_name = "region/" + type;
+    core->shards = std::make_unique<typename detail::RegionCore<B>::Shard[]>(core->settings.shard_count);
+
+    auto published = remoting.add_inbox(core->inbox_name, std::make_shared<detail::RegionInbox<B>>(core));
+    if (!published.ok()) return std::move(published).error();
+    std::weak_ptr<detail::RegionCore<B>> w = core;
+    ShardDirectory::Host host;
+    host.start = [w](std::uint32_t s, std::uint64_t e) {
+      if (auto c = w.lock()) c->start_shard(s, e);
+    };
+    host.stop = [w](std::uint32_t s, std::uint64_t e, bool immediate) {
+      if (auto c = w.lock()) c->stop_shard(s, e, immediate);
+    };
+    host.node_left = [w](std::string_view n) {
+      if (auto c = w.lock()) c->node_left(n);
+    };
+    auto attached = directory.attach(type, core->settings.shard_count, std::move(host));
+    if (!attached.ok()) {
+      (void)remoting.unpublish(core->inbox_name);
+      return std::move(attached).error();
+    }
+    return ShardRegion(std::move(core));
+  }
+
+  // Sends `cmd` to entity `id` wherever it lives. Errors: invalid_argument
+  // (empty id). Later failures (no node can take the shard, buffer full,
+  // stopping) answer the command's reply target, or count it refused.
+  Result<void> tell(std::string_view id, Command cmd) const {
+    if (id.empty()) return Error(ErrorCode::invalid_argument, "empty entity id");
+    core_->route(std::string(id), std::move(cmd), 0);
+    return {};
+  }
+
+  // Asks entity `id` wherever it lives: `make(ReplyTo<R>)` builds the
+  // command. Completes with the reply, the entity's or the runtime's error,
+  // timeout, or unreachable (the owner's connection was lost meanwhile).
+  template <class R, class Make>
+  Future<R> ask(std::string_view id, Make&& make, Duration timeout) const {
+    auto [future, request] = core_->system->template ask_with<R>(std::forward<Make>(make), timeout);
+    Command cmd(std::move(request));
+    if (id.empty()) {
+      core_->refuse(cmd, Error(ErrorCode::invalid_argument, "empty entity id"));
+      return std::move(future);
+    }
+    core_->route(std::string(id), std::move(cmd), 0);
+    return std::move(future);
+  }
+
+  // The shard an id belongs to (the same on every node).
+  std::uint32_t shard_of(std::string_view id) const noexcept {
+    return cluster::shard_of(id, core_->settings.shard_count);
+  }
+
+  // Stops every shard hosted here gracefully (E6: processing entities finish
+  // their episode), releases them to the directory and detaches; waits up
+  // to `bound` (zero: the entity stop_timeout, or the longest processing
+  // timeout plus one second, per shard in parallel). Later commands are
+  // refused with shutting_down. timeout if entities still run after it.
+  Result<void> stop(Duration bound = Duration::zero()) const {
+    core_->stop_all();
+    Duration b = bound;
+    if (b <= Duration::zero())
+      b = core_->settings.entity.stop_timeout > Duration::zero() ? core_->settings.entity.stop_timeout
+                                                                 : std::chrono::seconds(31);
+    auto until = std::chrono::steady_clock::now() + b;
+    while (!core_->all_stopped()) {
+      if (std::chrono::steady_clock::now() >= until) {
+        return Error(ErrorCode::timeout, "entity type '" + core_->settings.entity.type_name + "': shards still stopping after " +
+                                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(b).count()) + " ms");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    core_->directory->detach(core_->settings.entity.type_name);
+    (void)core_->remoting->unpublish(core_->inbox_name);
+    return {};
+  }
+
+  ShardRegionStats stats() const { return core_->stats(); }
+  const ShardRegionSettings& settings() const { return core_->settings; }
+
+ private:
+  explicit ShardRegion(std::shared_ptr<detail::RegionCore<B>> c) : core_(std::move(c)) {}
+  std::shared_ptr<detail::RegionCore<B>> core_;
+};
+
+}  // namespace troupe::cluster

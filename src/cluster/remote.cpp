@@ -1,0 +1,321 @@
+#include "troupe/cluster/remote.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "troupe/cluster/node_id.hpp"
+#include "troupe/cluster/transport.hpp"
+
+namespace troupe::cluster {
+namespace detail {
+
+class RemotingCore : public std::enable_shared_from_this<RemotingCore> {
+ public:
+  explicit RemotingCore(ActorSystem& s, Duration forget_after) : system(s), forget_after_(forget_after) {}
+
+  ActorSystem& system;
+  std::unique_ptr<Transport> transport;
+
+  Result<void> add_inbox(std::string name, std::shared_ptr<Inbox> inbox) {
+    if (name.empty()) return Error(ErrorCode::invalid_argument, "inbox name is empty");
+    std::unique_lock lk(inbox_mu_);
+    auto [it, fresh] = inboxes_.try_emplace(std::move(name), std::move(inbox));
+    if (!fresh) return Error(ErrorCode::invalid_argument, "the name '" + it->first + "' is already published");
+    return {};
+  }
+  Result<void> remove_inbox(std::string_view name) {
+    std::unique_lock lk(inbox_mu_);
+    auto it = inboxes_.find(std::string(name));
+    if (it == inboxes_.end()) return Error(ErrorCode::invalid_argument, "nothing published as '" + std::string(name) + "'");
+    inboxes_.erase(it);
+    return {};
+  }
+
+  std::uint64_t add_pending(std::string_view node, PendingReply reply, Duration timeout) {
+    auto now = std::chrono::steady_clock::now();
+    std::vector<PendingReply> expired;
+    std::uint64_t req;
+    {
+      std::lock_guard lk(pending_mu_);
+      req = ++next_req_;
+      pending_.emplace(req, Pending{std::string(node), std::move(reply), now + timeout + forget_after_});
+      // Requests whose answer never comes (the node restarted, the reply was
+      // refused there) would stay forever: forget them once their own
+      // timeout is long past. Bounded work: at most once a second.
+      if (now >= next_sweep_) {
+        next_sweep_ = now + std::chrono::seconds(1);
+        for (auto it = pending_.begin(); it != pending_.end();) {
+          if (it->second.forget_at <= now) {
+            expired.push_back(std::move(it->second.reply));
+            it = pending_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+    }
+    for (auto& e : expired) e(Result<std::string_view>(Error(ErrorCode::timeout, "no answer from the remote node")));
+    return req;
+  }
+
+  void complete(std::uint64_t req, Result<std::string_view> r) {
+    PendingReply reply;
+    {
+      std::lock_guard lk(pending_mu_);
+      auto it = pending_.find(req);
+      if (it == pending_.end()) return;  // answered after it was forgotten
+      reply = std::move(it->second.reply);
+      pending_.erase(it);
+    }
+    reply(std::move(r));
+  }
+
+  // The connection to `node` is gone: requests out on it may never be
+  // answered. They complete now rather than at their timeout.
+  void fail_node(std::string_view node, const Error& e) {
+    std::vector<PendingReply> failed;
+    {
+      std::lock_guard lk(pending_mu_);
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.node == node) {
+          failed.push_back(std::move(it->second.reply));
+          it = pending_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& f : failed) f(Result<std::string_view>(e));
+  }
+
+  void fail_all(const Error& e) {
+    std::unordered_map<std::uint64_t, Pending> all;
+    {
+      std::lock_guard lk(pending_mu_);
+      all.swap(pending_);
+    }
+    for (auto& [req, p] : all) p.reply(Result<std::string_view>(e));
+  }
+
+  void log(std::string_view line) {
+    std::fprintf(stderr, "troupe[%s] remoting: %.*s\n", node_id.c_str(), static_cast<int>(line.size()), line.data());
+  }
+
+  // Called on a transport thread for every data frame.
+  void on_frame(std::string_view from, std::uint32_t type, std::string_view payload) {
+    ByteReader r(payload);
+    auto kind = static_cast<RemoteKind>(type);
+    switch (kind) {
+      case RemoteKind::actor_tell:
+      case RemoteKind::entity_tell:
+        return dispatch(from, kind, r, payload, 0, false);
+      case RemoteKind::actor_ask:
+      case RemoteKind::entity_ask: {
+        std::uint64_t req = r.u64();
+        return dispatch(from, kind, r, payload, req, true);
+      }
+      case RemoteKind::reply:
+        return on_reply(from, r, payload);
+      case RemoteKind::shard_control: {
+        ControlHandler h;
+        {
+          std::shared_lock lk(inbox_mu_);
+          h = control_;
+        }
+        if (h) h(from, payload);
+        return;
+      }
+      default:
+        log("frame of unknown kind " + std::to_string(type) + " from node '" + std::string(from) + "' ignored");
+        return;
+    }
+  }
+
+  Result<void> send(std::string_view node, RemoteKind kind, std::string_view frame) {
+    if (stopped_.load(std::memory_order_acquire))
+      return Error(ErrorCode::shutting_down, "remoting on node '" + node_id + "' is stopped");
+    return transport->send(node, static_cast<std::uint32_t>(kind), frame);
+  }
+
+  void stop() {
+    if (stopped_.exchange(true)) return;
+    if (transport) transport->stop();
+    fail_all(Error(ErrorCode::shutting_down, "remoting on node '" + node_id + "' stopped"));
+  }
+
+  std::string node_id;
+  using ControlHandler = Remoting::ControlHandler;
+  void set_control(ControlHandler h) {
+    std::unique_lock lk(inbox_mu_);
+    control_ = std::move(h);
+  }
+
+ private:
+  ControlHandler control_;
+  struct Pending {
+    std::string node;
+    PendingReply reply;
+    std::chrono::steady_clock::time_point forget_at;
+  };
+
+  std::shared_ptr<Inbox> find(std::string_view name) {
+    std::shared_lock lk(inbox_mu_);
+    auto it = inboxes_.find(std::string(name));
+    return it == inboxes_.end() ? nullptr : it->second;
+  }
+
+  ReplySink sink_for(std::string_view from, std::uint64_t req) {
+    // The sink may run after remoting stopped (a late reply): it holds the
+    // core weakly and drops the answer then.
+    return [w = weak_from_this(), node = std::string(from), req](ReplyBytes r) {
+      auto core = w.lock();
+      if (!core) return;
+      ByteWriter& out = scratch_writer();
+      out.bytes().clear();
+      out.u64(req);
+      if (r.ok()) {
+        out.u8(0);
+        out.bytes().append(r.value());
+      } else {
+        out.u8(1);
+        out.u32(static_cast<std::uint32_t>(r.error().code()));
+        out.str(r.error().message());
+      }
+      auto sent = core->send(node, RemoteKind::reply, out.bytes());
+      if (!sent.ok()) core->log("reply to node '" + node + "' not sent: " + sent.error().message());
+    };
+  }
+
+  void dispatch(std::string_view from, RemoteKind kind, ByteReader& r, std::string_view payload, std::uint64_t req,
+                bool ask) {
+    std::string name = r.str();
+    if (r.failed()) return bad_frame(from, "frame ends inside its header", ask, req);
+    std::optional<ReplySink> sink;
+    if (ask) sink.emplace(sink_for(from, req));
+    auto inbox = find(name);
+    if (!inbox) {
+      if (sink) (*sink)(ReplyBytes(Error(ErrorCode::dead_letter, "nothing is published as '" + name + "' on node '" + node_id + "'")));
+      return;
+    }
+    std::size_t at = payload.size() - r.remaining();
+    Result<void> done;
+    if (kind == RemoteKind::actor_tell || kind == RemoteKind::actor_ask) {
+      std::uint32_t msg_id = r.u32();
+      if (r.failed()) return bad_frame(from, "frame ends inside its header", ask, req);
+      done = inbox->deliver(from, msg_id, payload.substr(at + 4), std::move(sink));
+    } else {
+      done = inbox->deliver_entity(from, payload.substr(at), std::move(sink));
+    }
+    if (!done.ok()) log("message for '" + name + "' from node '" + std::string(from) + "' dropped: " + done.error().message());
+  }
+
+  void bad_frame(std::string_view from, std::string_view why, bool ask, std::uint64_t req) {
+    log("frame from node '" + std::string(from) + "' dropped: " + std::string(why));
+    if (ask) sink_for(from, req)(ReplyBytes(Error(ErrorCode::protocol_error, std::string(why))));
+  }
+
+  void on_reply(std::string_view from, ByteReader& r, std::string_view payload) {
+    std::uint64_t req = r.u64();
+    std::uint8_t status = r.u8();
+    if (r.failed() || status > 1) {
+      log("malformed reply from node '" + std::string(from) + "' dropped");
+      return;
+    }
+    if (status == 0) {
+      // The rest of the frame is the reply's bytes.
+      complete(req, Result<std::string_view>(payload.substr(payload.size() - r.remaining())));
+      return;
+    }
+    auto code = static_cast<ErrorCode>(r.u32());
+    std::string message = r.str();
+    if (r.failed()) {
+      log("malformed error reply from node '" + std::string(from) + "' dropped");
+      return;
+    }
+    complete(req, Result<std::string_view>(Error(code, std::move(message))));
+  }
+
+  std::shared_mutex inbox_mu_;
+  std::unordered_map<std::string, std::shared_ptr<Inbox>> inboxes_;
+  std::mutex pending_mu_;
+  std::unordered_map<std::uint64_t, Pending> pending_;
+  std::uint64_t next_req_ = 0;
+  std::chrono::steady_clock::time_point next_sweep_{};
+  Duration forget_after_;
+  std::atomic<bool> stopped_{false};
+};
+
+Result<void> send_frame(RemotingCore& core, std::string_view node, RemoteKind kind, std::string_view frame) {
+  return core.send(node, kind, frame);
+}
+std::uint64_t add_pending(RemotingCore& core, std::string_view node, PendingReply reply, Duration timeout) {
+  return core.add_pending(node, std::move(reply), timeout);
+}
+void fail_pending(RemotingCore& core, std::uint64_t req, Error e) { core.complete(req, Result<std::string_view>(std::move(e))); }
+ByteWriter& scratch_writer() {
+  thread_local ByteWriter w;
+  return w;
+}
+ActorSystem& system_of(RemotingCore& core) { return core.system; }
+
+}  // namespace detail
+
+Result<std::unique_ptr<Remoting>> Remoting::start(ActorSystem& system, Settings settings) {
+  if (auto ok = validate_node_id(settings.node_id); !ok.ok()) return std::move(ok).error();
+  auto core = std::make_shared<detail::RemotingCore>(system, settings.forget_after);
+  core->node_id = settings.node_id;
+  TransportSettings ts;
+  ts.node_id = settings.node_id;
+  ts.listen_host = settings.listen_host;
+  ts.listen_port = settings.listen_port;
+  ts.max_frame_bytes = settings.max_frame_bytes;
+  ts.max_outbound_bytes = settings.max_outbound_bytes;
+  std::weak_ptr<detail::RemotingCore> weak = core;
+  auto t = Transport::start(
+      std::move(ts),
+      [raw = core.get()](std::string_view from, std::uint32_t type, std::string_view payload) {
+        // The transport is stopped (no handler runs any more) before the
+        // core is destroyed, so the raw pointer is safe here.
+        raw->on_frame(from, type, payload);
+      },
+      [weak](std::string_view node, bool connected) {
+        if (connected) return;
+        if (auto c = weak.lock())
+          c->fail_node(node, Error(ErrorCode::unreachable, "connection to node '" + std::string(node) +
+                                                                "' lost; the request may or may not have been handled"));
+      });
+  if (!t.ok()) return std::move(t).error();
+  core->transport = std::move(t.value());
+  return std::unique_ptr<Remoting>(new Remoting(std::move(core)));
+}
+
+Remoting::~Remoting() { stop(); }
+const std::string& Remoting::node_id() const { return core_->node_id; }
+std::uint16_t Remoting::port() const { return core_->transport->port(); }
+void Remoting::set_peer(std::string id, std::string host, std::uint16_t port) {
+  core_->transport->set_peer(std::move(id), std::move(host), port);
+}
+void Remoting::remove_peer(std::string_view id) {
+  core_->transport->remove_peer(id);
+  // What was queued for it is dropped with it: requests out to it complete
+  // now rather than at their timeout.
+  core_->fail_node(id, Error(ErrorCode::unreachable, "node '" + std::string(id) +
+                                                         "' left the cluster; the request may or may not have been handled"));
+}
+Result<void> Remoting::unpublish(std::string_view name) { return core_->remove_inbox(name); }
+Result<void> Remoting::add_inbox(std::string name, std::shared_ptr<detail::Inbox> inbox) {
+  return core_->add_inbox(std::move(name), std::move(inbox));
+}
+Transport& Remoting::transport() const { return *core_->transport; }
+void Remoting::on_control(ControlHandler handler) { core_->set_control(std::move(handler)); }
+Result<void> Remoting::send_control(std::string_view node, std::string_view payload) {
+  return core_->send(node, detail::RemoteKind::shard_control, payload);
+}
+void Remoting::stop() { core_->stop(); }
+
+}  // namespace troupe::cluster

@@ -1,0 +1,225 @@
+// Shard regions on nodes placed through a real redis-server (started by the
+// test on its own port), in one process: routing, rebalance with hand-off,
+// graceful leave, and self-fencing while Redis is away.
+
+#include "troupe/cluster/cluster.hpp"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../redis/redis_test_server.hpp"
+#include "sharding_test_support.hpp"
+#include "troupe/persist/memory_journal.hpp"
+
+namespace troupe::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+using test::Account;
+
+struct ClusterNode {
+  std::string id;
+  std::unique_ptr<ActorSystem> system;
+  std::unique_ptr<Cluster> cluster;
+  std::optional<ShardRegion<Account>> region;
+};
+
+class ClusterSharding : public ::testing::Test {
+ protected:
+  troupe::test::RedisTestServer redis;
+  std::shared_ptr<MemoryJournal> journal = std::make_shared<MemoryJournal>();
+  std::vector<std::unique_ptr<ClusterNode>> nodes;
+  std::uint32_t shard_count = 12;
+
+  CoordinatorSettings coordination() {
+    CoordinatorSettings c;
+    c.redis_port = static_cast<std::uint16_t>(redis.port());
+    c.key_prefix = "sharding-test";
+    c.heartbeat_interval = 100ms;
+    c.liveness_threshold = 600ms;
+    c.takeover_margin = 200ms;
+    c.sync_interval = 500ms;
+    c.command_timeout = 500ms;
+    c.reconnect_min_backoff = 50ms;
+    c.reconnect_max_backoff = 200ms;
+    c.log = [](CoordinatorLogLevel, std::string_view) {};
+    return c;
+  }
+
+  ClusterNode& add(const std::string& id, Duration settle_timeout = 30s) {
+    auto n = std::make_unique<ClusterNode>();
+    n->id = id;
+    SystemConfig cfg;
+    cfg.threads = 2;
+    cfg.log_failures = false;
+    cfg.log_dead_letters = false;
+    n->system = std::make_unique<ActorSystem>(std::move(cfg));
+    ClusterSettings cs;
+    cs.node_id = id;
+    cs.coordination = coordination();
+    auto c = Cluster::start(*n->system, cs);
+    if (!c.ok()) throw std::runtime_error(c.error().to_string());
+    n->cluster = std::move(c.value());
+    ShardRegionSettings s;
+    s.entity.type_name = "account";
+    s.entity.idle_timeout = Duration::zero();
+    s.entity.stop_timeout = 10s;
+    s.entity.stash_capacity = 10'000;
+    s.entity.log = false;
+    s.shard_count = shard_count;
+    auto reg = ShardRegion<Account>::start(
+        *n->system, journal, n->cluster->remoting(), n->cluster->directory(), s, test::account_events(),
+        test::account_commands(), [node = id, settle_timeout](const std::string&) { return Account{node, settle_timeout}; });
+    if (!reg.ok()) throw std::runtime_error(reg.error().to_string());
+    n->region.emplace(std::move(reg.value()));
+    nodes.push_back(std::move(n));
+    return *nodes.back();
+  }
+
+  void TearDown() override {
+    for (auto& n : nodes) {
+      if (n->region) (void)n->region->stop(5s);
+    }
+    for (auto& n : nodes) n->cluster.reset();
+    for (auto& n : nodes) n->system->shutdown();
+  }
+
+  ClusterNode& node(const std::string& id) {
+    for (auto& n : nodes)
+      if (n->id == id) return *n;
+    throw std::logic_error("no node " + id);
+  }
+
+  // Waits until every node sees `count` live members.
+  void await_members(std::size_t count) {
+    auto until = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      bool all = true;
+      for (auto& n : nodes) all = all && n->cluster && n->cluster->coordinator().members().size() == count;
+      if (all) return;
+      ASSERT_LT(std::chrono::steady_clock::now(), until) << "members never converged";
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+
+  static Result<std::string> where(ClusterNode& n, const std::string& entity, Duration t = 10s) {
+    return n.region->ask<std::string>(entity, [](ReplyTo<std::string> rt) { return test::Where{std::move(rt)}; }, t).get();
+  }
+  static Result<std::int64_t> deposit(ClusterNode& n, const std::string& entity, std::int64_t amount) {
+    return n.region->ask<std::int64_t>(entity, [amount](ReplyTo<std::int64_t> rt) { return test::Deposit{amount, std::move(rt)}; }, 10s).get();
+  }
+  static std::string owner_in(const std::string& where_reply) { return where_reply.substr(0, where_reply.find(' ')); }
+
+  std::map<std::string, std::size_t> shards_per_node() {
+    std::map<std::string, std::size_t> out;
+    for (auto& n : nodes)
+      if (n->cluster) out[n->id] = n->cluster->coordinator().running(detail::shard_group("account")).size();
+    return out;
+  }
+};
+
+// proves: W3, E5
+TEST_F(ClusterSharding, ThreeNodesServeEveryEntityFromAnyNodeOnTheShardsOneOwner) {
+  add("a");
+  add("b");
+  add("c");
+  await_members(3);
+  std::map<std::string, std::string> owner;
+  for (int i = 0; i < 300; ++i) {
+    std::string id = "e" + std::to_string(i);
+    auto& from = *nodes[i % 3];
+    auto b = deposit(from, id, 1);
+    ASSERT_TRUE(b.ok()) << id << ": " << b.error().to_string();
+    EXPECT_EQ(b.value(), 1);
+  }
+  for (int i = 0; i < 300; ++i) {
+    std::string id = "e" + std::to_string(i);
+    std::set<std::string> seen;
+    for (auto& n : nodes) {
+      auto w = where(*n, id);
+      ASSERT_TRUE(w.ok()) << w.error().to_string();
+      EXPECT_EQ(w.value().substr(w.value().find(' ') + 1), id + " 1");
+      seen.insert(owner_in(w.value()));
+    }
+    EXPECT_EQ(seen.size(), 1u) << id << " answered from two nodes";
+  }
+  auto per = shards_per_node();
+  std::size_t total = 0;
+  for (auto& [n, k] : per) {
+    EXPECT_GT(k, 0u) << n;
+    total += k;
+  }
+  EXPECT_EQ(total, shard_count);
+}
+
+// proves: W6, E6
+TEST_F(ClusterSharding, RebalanceMovesShardsWithAHandOffAndLosesNothing) {
+  add("a");
+  add("b");
+  await_members(2);
+  // All shards end up on a and b; then c joins and a rebalance evens them.
+  std::map<std::string, std::int64_t> expected;
+  for (int i = 0; i < 120; ++i) {
+    std::string id = "r" + std::to_string(i);
+    auto b = deposit(*nodes[i % 2], id, i + 1);
+    ASSERT_TRUE(b.ok()) << b.error().to_string();
+    expected[id] = i + 1;
+  }
+  add("c");
+  await_members(3);
+  auto moves = node("a").cluster->coordinator().rebalance_all(detail::shard_group("account")).get();
+  ASSERT_TRUE(moves.ok()) << moves.error().to_string();
+  EXPECT_EQ(moves.value().size(), 4u);  // 12 shards: 6/6/0 -> 4/4/4
+  // Traffic during and after the move is served; nothing acknowledged is
+  // lost; the moved shards end on c.
+  for (auto& [id, amount] : expected) {
+    auto b = deposit(node("b"), id, 1);
+    ASSERT_TRUE(b.ok()) << id << ": " << b.error().to_string();
+    EXPECT_EQ(b.value(), amount + 1) << id;
+  }
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (shards_per_node()["c"] != 4 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  auto per = shards_per_node();
+  EXPECT_EQ(per["a"], 4u);
+  EXPECT_EQ(per["b"], 4u);
+  EXPECT_EQ(per["c"], 4u);
+  std::uint64_t handed_off = 0;
+  for (auto& n : nodes) handed_off += n->region->stats().shards_handed_off;
+  EXPECT_EQ(handed_off, 4u);
+}
+
+// proves: E6
+TEST_F(ClusterSharding, AGracefulLeaveHandsItsShardsToTheOthersAfterProcessingEntitiesFinish) {
+  add("a", 1500ms);
+  add("b", 1500ms);
+  await_members(2);
+  // An entity on b enters processing; b leaves.
+  std::string id;
+  for (int i = 0;; ++i) {
+    id = "leave-" + std::to_string(i);
+    auto w = where(node("a"), id);
+    ASSERT_TRUE(w.ok());
+    if (owner_in(w.value()) == "b") break;
+  }
+  auto s = node("a").region->ask<std::string>(id, [](ReplyTo<std::string> r) { return test::StartSettle{std::move(r)}; }, 10s).get();
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  auto began = std::chrono::steady_clock::now();
+  auto left = node("b").cluster->leave(20s);
+  ASSERT_TRUE(left.ok()) << left.error().to_string();
+  EXPECT_EQ(node("b").region->stats().shards_hosted, 0u);
+  EXPECT_GE(node("b").region->stats().entities.processing_timeouts, 1u);
+  // The episode (1.5 s) ended by its deadline before b let the shard go.
+  EXPECT_GE(std::chrono::steady_clock::now() - began, 1s);
+  auto w = where(node("a"), id);
+  ASSERT_TRUE(w.ok()) << w.error().to_string();
+  EXPECT_EQ(owner_in(w.value()), "a");
+}
+
+}  // namespace
+}  // namespace troupe::cluster

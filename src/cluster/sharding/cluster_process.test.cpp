@@ -1,0 +1,436 @@
+// The cluster as it runs: node processes (cluster_test_node) on 127.0.0.1
+// with a real redis-server and PostgreSQL, driven from this process over
+// the nodes' own transport. After each run a history checker reads every
+// node's log of stored events: no seq stored twice, no two incarnations of
+// one entity interleaved (never active on two nodes at once), and every
+// deposit a client saw acknowledged is in the journal.
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../persist/postgres/postgres_test_server.hpp"
+#include "../redis/redis_test_server.hpp"
+#include "cluster_test_protocol.hpp"
+#include "troupe/cluster/remote.hpp"
+#include "troupe/persist/postgres_journal.hpp"
+
+#ifndef TROUPE_CLUSTER_TEST_NODE
+#error "TROUPE_CLUSTER_TEST_NODE (the cluster_test_node binary) must be defined"
+#endif
+
+namespace troupe::cluster {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace troupe::cluster::proc;
+
+// One node process. Killed (SIGKILL) when destroyed if still running.
+class NodeProcess {
+ public:
+  NodeProcess(std::string id, std::vector<std::string> args) : id_(std::move(id)) {
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+    std::vector<std::string> argv = {TROUPE_CLUSTER_TEST_NODE, "--id", id_};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork");
+    if (pid_ == 0) {
+      // A test binary that dies (a crash, a timeout's SIGKILL) takes its
+      // nodes with it.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(1);
+      dup2(out[1], 1);
+      execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+    close(out[1]);
+    // Wait for "READY <port>".
+    std::string line;
+    char c;
+    auto until = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < until) {
+      ssize_t n = read(out[0], &c, 1);
+      if (n <= 0) break;
+      if (c == '\n') break;
+      line += c;
+    }
+    close(out[0]);
+    if (line.rfind("READY ", 0) != 0) throw std::runtime_error("node " + id_ + " did not start: '" + line + "'");
+    port_ = static_cast<std::uint16_t>(std::stoi(line.substr(6)));
+  }
+  ~NodeProcess() { kill9(); }
+
+  void kill9() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  // SIGTERM: graceful leave. True if it exited 0 within `bound`.
+  bool terminate(std::chrono::seconds bound) {
+    if (pid_ <= 0) return false;
+    ::kill(pid_, SIGTERM);
+    auto until = std::chrono::steady_clock::now() + bound;
+    int status = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    kill9();
+    return false;
+  }
+  const std::string& id() const { return id_; }
+  std::uint16_t port() const { return port_; }
+  bool running() const { return pid_ > 0; }
+
+ private:
+  std::string id_;
+  pid_t pid_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+struct HistoryLine {
+  std::string entity, node;
+  std::uint64_t incarnation = 0, seq = 0;
+  std::int64_t amount = 0;
+};
+
+class ClusterProcesses : public ::testing::Test {
+ protected:
+  troupe::test::RedisTestServer redis;
+  std::string conninfo = troupe::test::shared_postgres_conninfo();
+  std::string schema = troupe::test::fresh_schema();
+  std::filesystem::path dir;
+  std::map<std::string, std::unique_ptr<NodeProcess>> nodes;
+  std::unique_ptr<ActorSystem> system;
+  std::unique_ptr<Remoting> driver;
+  std::shared_ptr<const MessageCodecs<CtlMsg>> codecs = std::make_shared<const MessageCodecs<CtlMsg>>(ctl_codecs());
+  int threshold_ms = 1000;
+  int margin_ms = 300;
+
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "troupe-cluster-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir = pattern;
+    SystemConfig cfg;
+    cfg.threads = 2;
+    cfg.log_dead_letters = false;
+    system = std::make_unique<ActorSystem>(std::move(cfg));
+    Remoting::Settings rs;
+    rs.node_id = "driver";
+    auto r = Remoting::start(*system, rs);
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    driver = std::move(r.value());
+  }
+  void TearDown() override {
+    nodes.clear();
+    driver->stop();
+    system->shutdown();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+
+  NodeProcess& start_node(const std::string& id, int settle_ms = 30000) {
+    std::vector<std::string> args = {"--redis-port", std::to_string(redis.port()), "--postgres", conninfo,
+                                     "--schema", schema, "--history", (dir / (id + ".log")).string(),
+                                     "--shards", "30", "--heartbeat-ms", "200",
+                                     "--threshold-ms", std::to_string(threshold_ms), "--margin-ms", std::to_string(margin_ms),
+                                     "--settle-ms", std::to_string(settle_ms)};
+    auto n = std::make_unique<NodeProcess>(id, args);
+    driver->set_peer(id, "127.0.0.1", n->port());
+    auto& ref = *n;
+    nodes[id] = std::move(n);
+    return ref;
+  }
+
+  RemoteRef<CtlMsg> ctl(const std::string& node) { return driver->remote<CtlMsg>(node, "ctl", codecs); }
+
+  std::string stats(const std::string& node) {
+    auto st = ctl(node).ask<std::string>([](ReplyTo<std::string> r) { return CtlStats{std::move(r)}; }, 10s).get();
+    return st.ok() ? st.value() : "error: " + st.error().to_string();
+  }
+  // Until every running node sees every running node as a member.
+  void await_members() {
+    std::size_t n = 0;
+    for (auto& [id, p] : nodes) n += p->running() ? 1 : 0;
+    auto until = std::chrono::steady_clock::now() + 20s;
+    for (auto& [id, p] : nodes) {
+      if (!p->running()) continue;
+      while (stats(id).find("members=" + std::to_string(n)) == std::string::npos) {
+        ASSERT_LT(std::chrono::steady_clock::now(), until) << id << " never saw " << n << " members: " << stats(id);
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+  }
+
+  Result<std::int64_t> deposit(const std::string& via, const std::string& entity, Duration t = 25s) {
+    return ctl(via).ask<std::int64_t>([&](ReplyTo<std::int64_t> r) { return CtlDeposit{entity, 1, std::move(r)}; }, t).get();
+  }
+  Result<std::string> where(const std::string& via, const std::string& entity, Duration t = 25s) {
+    return ctl(via).ask<std::string>([&](ReplyTo<std::string> r) { return CtlWhere{entity, std::move(r)}; }, t).get();
+  }
+
+  std::vector<HistoryLine> history() {
+    std::vector<HistoryLine> out;
+    for (auto& f : std::filesystem::directory_iterator(dir)) {
+      std::ifstream in(f.path());
+      std::string line;
+      while (std::getline(in, line)) {
+        std::istringstream ss(line);
+        HistoryLine h;
+        ss >> h.entity >> h.node >> h.incarnation >> h.seq >> h.amount;
+        if (!ss.fail()) out.push_back(h);
+      }
+    }
+    return out;
+  }
+
+  // No seq stored twice; each incarnation's seqs contiguous and not
+  // interleaved with another's: one entity was never active on two nodes.
+  void check_history(std::size_t* incarnations_seen = nullptr) {
+    std::map<std::string, std::vector<HistoryLine>> by_entity;
+    for (auto& h : history()) by_entity[h.entity].push_back(h);
+    std::size_t incarnations = 0;
+    for (auto& [entity, lines] : by_entity) {
+      std::set<std::uint64_t> seqs;
+      for (auto& l : lines) EXPECT_TRUE(seqs.insert(l.seq).second) << entity << " seq " << l.seq << " stored twice";
+      std::map<std::uint64_t, std::pair<std::uint64_t, std::uint64_t>> range;  // incarnation -> [min, max]
+      std::map<std::uint64_t, std::string> node_of;
+      for (auto& l : lines) {
+        auto [it, fresh] = range.try_emplace(l.incarnation, l.seq, l.seq);
+        if (!fresh) {
+          it->second.first = std::min(it->second.first, l.seq);
+          it->second.second = std::max(it->second.second, l.seq);
+        }
+        node_of[l.incarnation] = l.node;
+      }
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;
+      for (auto& [inc, r] : range) spans.push_back(r);
+      std::sort(spans.begin(), spans.end());
+      for (std::size_t i = 1; i < spans.size(); ++i)
+        EXPECT_GT(spans[i].first, spans[i - 1].second) << entity << ": two incarnations interleaved";
+      incarnations += range.size();
+    }
+    if (incarnations_seen) *incarnations_seen = incarnations;
+  }
+
+  // Every acknowledged deposit (the balance it answered, each deposit being
+  // 1) is in the journal.
+  void check_acknowledged(const std::map<std::string, std::int64_t>& highest_acked) {
+    PostgresJournalOptions jo;
+    jo.conninfo = conninfo;
+    jo.schema = schema;
+    auto j = PostgresJournal::open(jo);
+    ASSERT_TRUE(j.ok()) << j.error().to_string();
+    for (auto& [entity, balance] : highest_acked) {
+      std::promise<Result<std::uint64_t>> p;
+      j.value()->highest_seq(std::string(kLedgerType) + "|" + entity,
+                             [&](Result<std::uint64_t> r) { p.set_value(std::move(r)); });
+      auto h = p.get_future().get();
+      ASSERT_TRUE(h.ok()) << h.error().to_string();
+      EXPECT_GE(static_cast<std::int64_t>(h.value()), balance) << entity << ": an acknowledged deposit is missing";
+    }
+  }
+
+  static std::string owner(const std::string& where_reply) { return where_reply.substr(0, where_reply.find(' ')); }
+};
+
+// proves: E5, W3
+TEST_F(ClusterProcesses, ThreeNodesTenThousandEntitiesReachedFromEveryNode) {
+  for (auto id : {"n1", "n2", "n3"}) start_node(id);
+  await_members();
+  std::vector<std::string> via = {"n1", "n2", "n3"};
+  // 10,000 entities, each deposited once through a different node than the
+  // one it is read back through; many asks in flight at once.
+  constexpr int kEntities = 10'000;
+  std::vector<Future<std::int64_t>> pending;
+  std::map<std::string, std::int64_t> acked;
+  for (int i = 0; i < kEntities; ++i) {
+    std::string e = "acct-" + std::to_string(i);
+    pending.push_back(ctl(via[i % 3]).ask<std::int64_t>([e](ReplyTo<std::int64_t> r) { return CtlDeposit{e, 1, std::move(r)}; }, 60s));
+    if (pending.size() == 500 || i == kEntities - 1) {
+      for (auto& f : pending) {
+        auto r = f.get();
+        ASSERT_TRUE(r.ok()) << r.error().to_string();
+        EXPECT_EQ(r.value(), 1);
+      }
+      pending.clear();
+    }
+    acked[e] = 1;
+  }
+  std::map<std::string, int> per_owner;
+  for (int i = 0; i < kEntities; i += 7) {
+    std::string e = "acct-" + std::to_string(i);
+    std::set<std::string> owners;
+    for (auto& v : via) {
+      auto w = where(v, e);
+      ASSERT_TRUE(w.ok()) << w.error().to_string();
+      EXPECT_EQ(w.value().substr(w.value().find(' ') + 1), "1");
+      owners.insert(owner(w.value()));
+    }
+    EXPECT_EQ(owners.size(), 1u) << e;
+    ++per_owner[*owners.begin()];
+  }
+  EXPECT_EQ(per_owner.size(), 3u);
+  check_history();
+  check_acknowledged(acked);
+}
+
+// proves: E7, W2
+TEST_F(ClusterProcesses, KillNineUnderLoadFailsOverWithinTheThresholdAndLosesNothingAcknowledged) {
+  for (auto id : {"n1", "n2", "n3"}) start_node(id);
+  await_members();
+  constexpr int kEntities = 300;
+  std::map<std::string, std::int64_t> acked;
+  std::mutex acked_mu;
+  // Find entities owned by n3 (the victim).
+  std::vector<std::string> on_victim;
+  for (int i = 0; i < kEntities; ++i) {
+    std::string e = "k-" + std::to_string(i);
+    auto d = deposit("n1", e);
+    ASSERT_TRUE(d.ok()) << d.error().to_string();
+    acked[e] = d.value();
+    auto w = where("n1", e);
+    ASSERT_TRUE(w.ok());
+    if (owner(w.value()) == "n3") on_victim.push_back(e);
+  }
+  ASSERT_FALSE(on_victim.empty());
+  // Load from two client threads through the survivors.
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  auto load = [&](std::string via, unsigned seed) {
+    std::mt19937 rng(seed);
+    while (!stop.load()) {
+      std::string e = "k-" + std::to_string(rng() % kEntities);
+      auto d = deposit(via, e, 10s);
+      if (d.ok()) {
+        std::lock_guard lk(acked_mu);
+        acked[e] = std::max(acked[e], d.value());
+      } else {
+        ++failures;
+      }
+    }
+  };
+  std::thread l1(load, "n1", 1), l2(load, "n2", 2);
+  std::this_thread::sleep_for(1s);
+  auto killed_at = std::chrono::steady_clock::now();
+  nodes["n3"]->kill9();
+  // Every entity of the dead node answers again, from a survivor.
+  for (auto& e : on_victim) {
+    for (;;) {
+      auto w = where("n1", e, 1s);
+      if (w.ok() && owner(w.value()) != "n3") break;
+      if (std::chrono::steady_clock::now() - killed_at > 30s) {
+        stop = true;
+        l1.join();
+        l2.join();
+        FAIL() << e << " never came back: " << (w.ok() ? w.value() : w.error().to_string()) << "; n1: " << stats("n1");
+      }
+    }
+  }
+  auto failover = std::chrono::steady_clock::now() - killed_at;
+  std::this_thread::sleep_for(500ms);
+  stop = true;
+  l1.join();
+  l2.join();
+  RecordProperty("failover_ms", static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(failover).count()));
+  std::fprintf(stderr, "failover: %lld ms\n", static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(failover).count()));
+  EXPECT_LT(failover, std::chrono::milliseconds(threshold_ms + 2000))
+      << "failover took " << std::chrono::duration_cast<std::chrono::milliseconds>(failover).count() << " ms";
+  check_history();
+  check_acknowledged(acked);
+}
+
+// proves: E6
+TEST_F(ClusterProcesses, AGracefulShutdownWaitsForSettlingEntitiesBeforeHandingThemOff) {
+  start_node("n1", 2000);
+  start_node("n2", 2000);
+  await_members();
+  // An entity on n2 in Settling (its episode ends by deadline after 2 s).
+  std::string e;
+  for (int i = 0;; ++i) {
+    e = "g-" + std::to_string(i);
+    auto w = where("n1", e);
+    ASSERT_TRUE(w.ok()) << w.error().to_string();
+    if (owner(w.value()) == "n2") break;
+  }
+  auto s = ctl("n1").ask<std::string>([&](ReplyTo<std::string> r) { return CtlSettle{e, std::move(r)}; }, 10s).get();
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(nodes["n2"]->terminate(60s));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 1500ms) << "the hand-off did not wait for the episode";
+  auto w = where("n1", e);
+  ASSERT_TRUE(w.ok()) << w.error().to_string();
+  EXPECT_EQ(w.value(), "n1 0") << "the episode ended (deadline) before the shard moved";
+  check_history();
+}
+
+// proves: W2, W7, E7
+TEST_F(ClusterProcesses, RedisAwayForTenSecondsFencesTheNodesThenTheyResumeWithNothingLost) {
+  for (auto id : {"n1", "n2", "n3"}) start_node(id);
+  await_members();
+  std::map<std::string, std::int64_t> acked;
+  for (int i = 0; i < 100; ++i) {
+    std::string e = "r-" + std::to_string(i);
+    auto d = deposit("n1", e);
+    ASSERT_TRUE(d.ok()) << d.error().to_string();
+    acked[e] = d.value();
+  }
+  redis.stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(threshold_ms + 500));
+  // Every node fenced itself: no shard is hosted anywhere.
+  for (auto id : {"n1", "n2", "n3"}) {
+    auto st = stats(id);
+    EXPECT_NE(st.find("hosted=0"), std::string::npos) << id << ": " << st;
+    EXPECT_NE(st.find("fenced=1"), std::string::npos) << id << ": " << st;
+  }
+  std::this_thread::sleep_for(10s - std::chrono::milliseconds(threshold_ms + 500));
+  redis.start();
+  // They resume: every entity answers with its balance.
+  auto until = std::chrono::steady_clock::now() + 30s;
+  for (auto& [e, balance] : acked) {
+    // An attempt that timed out may still have been stored: each adds at
+    // most one.
+    for (int attempts = 1;; ++attempts) {
+      auto d = deposit("n2", e, 5s);
+      if (d.ok()) {
+        EXPECT_GE(d.value(), balance + 1) << e;
+        EXPECT_LE(d.value(), balance + attempts) << e;
+        balance = d.value();
+        break;
+      }
+      ASSERT_LT(std::chrono::steady_clock::now(), until) << e << ": " << d.error().to_string();
+    }
+  }
+  check_history();
+  check_acknowledged(acked);
+}
+
+}  // namespace
+}  // namespace troupe::cluster

@@ -1,0 +1,265 @@
+// One cluster node for the multi-process tests (cluster_process.test.cpp):
+// an actor system, the PostgreSQL journal, the Redis coordinator, remoting
+// and a shard region of accounts whose every stored deposit is also written
+// to a history file as "<entity> <node> <incarnation> <seq> <amount>", so a
+// checker can prove after the run that no two incarnations of one entity
+// were ever active together and that nothing acknowledged was lost.
+//
+//   cluster_test_node --id n1 --redis-port P --postgres CONNINFO --schema S
+//                     --history FILE [--shards N] [--heartbeat-ms 200]
+//                     [--threshold-ms 1000] [--margin-ms 300] [--settle-ms 30000]
+//
+// Prints "READY <port>" once registered. A control actor, published as
+// "ctl", takes requests from the test driver (deposit / where / stats).
+// SIGTERM: a graceful leave (shards handed off), then exit 0.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <variant>
+
+#include "cluster_test_protocol.hpp"
+#include "troupe/cluster/cluster.hpp"
+#include "troupe/core.hpp"
+#include "troupe/persist.hpp"
+#include "troupe/persist/postgres_journal.hpp"
+
+namespace {
+
+using namespace troupe;
+using namespace troupe::cluster;
+using namespace troupe::cluster::proc;
+
+std::atomic<bool> g_term{false};
+void on_term(int) { g_term.store(true); }
+
+// The history file: one line per stored deposit, flushed at once (a kill -9
+// must not lose lines of acknowledged events; write(2) to an O_APPEND file
+// is enough for that, the page cache outlives the process).
+class History {
+ public:
+  explicit History(const std::string& path) : f_(std::fopen(path.c_str(), "a")) {
+    if (!f_) {
+      std::fprintf(stderr, "cannot open history file %s: %s\n", path.c_str(), std::strerror(errno));
+      std::exit(2);
+    }
+    std::setvbuf(f_, nullptr, _IONBF, 0);
+  }
+  void add(const std::string& line) {
+    std::lock_guard lk(mu_);
+    std::fputs(line.c_str(), f_);
+  }
+
+ private:
+  std::mutex mu_;
+  std::FILE* f_;
+};
+
+struct Ledger {
+  using Command = LedgerCmd;
+  using Event = LedgerEvent;
+  using State = LedgerState;
+  using Effect = troupe::Effect<Event, State>;
+
+  std::string node;
+  std::uint64_t incarnation = 0;
+  History* history = nullptr;
+  Duration settle_timeout{};
+
+  Effect on_command(const State& s, Command& c, EntityContext<Ledger>& ctx) {
+    return std::visit(
+        [&](auto& m) -> Effect {
+          using T = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<T, Deposit>) {
+            std::int64_t amount = m.amount;
+            return Effect::persist(Deposited{amount})
+                .then([this, &ctx, amount] {
+                  history->add(ctx.id() + " " + node + " " + std::to_string(incarnation) + " " +
+                               std::to_string(ctx.last_seq()) + " " + std::to_string(amount) + "\n");
+                })
+                .then_reply(m.reply_to, [](const State& st) { return st.balance; });
+          } else if constexpr (std::is_same_v<T, Where>) {
+            return Effect::reply(m.reply_to, node + " " + std::to_string(s.balance) + (s.settling ? " settling" : ""));
+          } else if constexpr (std::is_same_v<T, StartSettle>) {
+            if (s.settling) return Effect::reply(m.reply_to, std::string("settling"));
+            return Effect::persist(SettleStarted{}).then_reply(m.reply_to, [] { return std::string("settling"); });
+          } else {
+            if (!s.settling) return Effect::none();
+            return Effect::persist(SettleEnded{});
+          }
+        },
+        c);
+  }
+  void on_event(State& s, const Event& e) {
+    std::visit(
+        [&](const auto& ev) {
+          using T = std::decay_t<decltype(ev)>;
+          if constexpr (std::is_same_v<T, Deposited>) {
+            s.balance += ev.amount;
+          } else if constexpr (std::is_same_v<T, SettleStarted>) {
+            s.settling = true;
+          } else {
+            s.settling = false;
+          }
+        },
+        e);
+  }
+  std::optional<Processing<Event>> processing(const State& s) const {
+    if (!s.settling) return std::nullopt;
+    return Processing<Event>{settle_timeout, SettleEnded{}};
+  }
+};
+
+// The driver's requests, answered through this node's region.
+struct Ctl : Actor<CtlMsg> {
+  Ctl(ShardRegion<Ledger> r, Cluster* c) : region(std::move(r)), cluster(c) {}
+  ShardRegion<Ledger> region;
+  Cluster* cluster;
+  void receive(CtlMsg& m) {
+    std::visit(
+        [&](auto& req) {
+          using T = std::decay_t<decltype(req)>;
+          if constexpr (std::is_same_v<T, CtlDeposit>) {
+            region.ask<std::int64_t>(
+                      req.entity, [a = req.amount](ReplyTo<std::int64_t> r) { return Deposit{a, std::move(r)}; },
+                      std::chrono::seconds(20))
+                .then([rt = std::move(req.reply_to)](Result<std::int64_t> r) mutable {
+                  if (r.ok()) {
+                    rt.reply(r.value());
+                  } else {
+                    rt.fail(std::move(r).error());
+                  }
+                });
+          } else if constexpr (std::is_same_v<T, CtlWhere>) {
+            region.ask<std::string>(req.entity, [](ReplyTo<std::string> r) { return Where{std::move(r)}; }, std::chrono::seconds(20))
+                .then([rt = std::move(req.reply_to)](Result<std::string> r) mutable {
+                  if (r.ok()) {
+                    rt.reply(r.value());
+                  } else {
+                    rt.fail(std::move(r).error());
+                  }
+                });
+          } else if constexpr (std::is_same_v<T, CtlSettle>) {
+            region.ask<std::string>(req.entity, [](ReplyTo<std::string> r) { return StartSettle{std::move(r)}; }, std::chrono::seconds(20))
+                .then([rt = std::move(req.reply_to)](Result<std::string> r) mutable {
+                  if (r.ok()) {
+                    rt.reply(r.value());
+                  } else {
+                    rt.fail(std::move(r).error());
+                  }
+                });
+          } else if constexpr (std::is_same_v<T, CtlRebalance>) {
+            cluster->coordinator().rebalance_all(troupe::cluster::detail::shard_group(kLedgerType))
+                .then([rt = std::move(req.reply_to)](Result<std::vector<Move>> r) mutable {
+                  if (r.ok()) {
+                    rt.reply(static_cast<std::int64_t>(r.value().size()));
+                  } else {
+                    rt.fail(std::move(r).error());
+                  }
+                });
+          } else {
+            auto st = region.stats();
+            req.reply_to.reply("hosted=" + std::to_string(st.shards_hosted) + " active=" + std::to_string(st.entities.active) +
+                               " fenced=" + std::to_string(cluster->coordinator().is_fenced() ? 1 : 0) +
+                               " members=" + std::to_string(cluster->coordinator().members().size()));
+          }
+        },
+        m);
+  }
+};
+
+std::string arg(int argc, char** argv, const char* name, const char* fallback = nullptr) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  if (!fallback) {
+    std::fprintf(stderr, "cluster_test_node: missing %s\n", name);
+    std::exit(2);
+  }
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string id = arg(argc, argv, "--id");
+  int redis_port = std::atoi(arg(argc, argv, "--redis-port").c_str());
+  std::string conninfo = arg(argc, argv, "--postgres");
+  std::string schema = arg(argc, argv, "--schema");
+  History history(arg(argc, argv, "--history"));
+  std::uint32_t shards = static_cast<std::uint32_t>(std::atoi(arg(argc, argv, "--shards", "30").c_str()));
+  auto ms = [&](const char* name, const char* d) { return std::chrono::milliseconds(std::atoi(arg(argc, argv, name, d).c_str())); };
+
+  struct sigaction sa {};
+  sa.sa_handler = on_term;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  SystemConfig cfg;
+  cfg.threads = 2;
+  cfg.log_dead_letters = false;
+  ActorSystem system(std::move(cfg));
+
+  PostgresJournalOptions jo;
+  jo.conninfo = conninfo;
+  jo.schema = schema;
+  auto journal = PostgresJournal::open(jo);
+  if (!journal.ok()) {
+    std::fprintf(stderr, "cluster_test_node %s: journal: %s\n", id.c_str(), journal.error().to_string().c_str());
+    return 1;
+  }
+
+  ClusterSettings cs;
+  cs.node_id = id;
+  cs.coordination.redis_port = static_cast<std::uint16_t>(redis_port);
+  cs.coordination.key_prefix = "proc-test";
+  cs.coordination.heartbeat_interval = ms("--heartbeat-ms", "200");
+  cs.coordination.liveness_threshold = ms("--threshold-ms", "1000");
+  cs.coordination.takeover_margin = ms("--margin-ms", "300");
+  cs.coordination.sync_interval = std::chrono::seconds(1);
+  cs.coordination.command_timeout = std::chrono::milliseconds(500);
+  auto cluster = Cluster::start(system, cs);
+  if (!cluster.ok()) {
+    std::fprintf(stderr, "cluster_test_node %s: %s\n", id.c_str(), cluster.error().to_string().c_str());
+    return 1;
+  }
+
+  ShardRegionSettings rs;
+  rs.entity.type_name = kLedgerType;
+  rs.entity.idle_timeout = Duration::zero();
+  rs.entity.stash_capacity = 10'000;
+  rs.entity.stop_timeout = std::chrono::seconds(30);
+  rs.shard_count = shards;
+  Duration settle = ms("--settle-ms", "30000");
+  std::atomic<std::uint64_t> incarnations{0};
+  auto region = ShardRegion<Ledger>::start(
+      system, journal.value(), cluster.value()->remoting(), cluster.value()->directory(), rs, ledger_events(),
+      ledger_commands(), [&](const std::string&) {
+        return Ledger{id, (static_cast<std::uint64_t>(getpid()) << 32) | ++incarnations, &history, settle};
+      });
+  if (!region.ok()) {
+    std::fprintf(stderr, "cluster_test_node %s: region: %s\n", id.c_str(), region.error().to_string().c_str());
+    return 1;
+  }
+  auto ctl = system.spawn<Ctl>(region.value(), cluster.value().get());
+  (void)cluster.value()->remoting().publish<CtlMsg>("ctl", ctl, ctl_codecs());
+
+  std::printf("READY %u\n", static_cast<unsigned>(cluster.value()->remoting().port()));
+  std::fflush(stdout);
+
+  while (!g_term.load()) usleep(20'000);
+
+  auto left = cluster.value()->leave(std::chrono::seconds(60));
+  if (!left.ok()) std::fprintf(stderr, "cluster_test_node %s: leave: %s\n", id.c_str(), left.error().to_string().c_str());
+  (void)region.value().stop(std::chrono::seconds(5));
+  cluster.value().reset();
+  system.shutdown();
+  return left.ok() ? 0 : 1;
+}
