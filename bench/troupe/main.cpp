@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/journal_append.hpp"
+#include "common/remote.hpp"
 #include "common/report.hpp"
 #include "troupe/core.hpp"
 
@@ -22,6 +23,9 @@ void entity_memory();                // entities.cpp
 bool lock(const std::string& workload);  // lock.cpp: lock_uncontended, _contended, _spread
 void process_manager();                  // process_manager.cpp
 void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable}_c{1,50}[_prio]
+void remote_tell();                      // remote.cpp
+void remote_ask();                       // remote.cpp
+int remote_server(const std::string& workload, const char* fd_arg);  // remote.cpp: the second process
 }  // namespace troupe_bench
 
 namespace {
@@ -335,6 +339,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string w = argv[1];
+  if (argc == 4 && w == bench::remote::kServerArg) return troupe_bench::remote_server(argv[2], argv[3]);
   if (w == "ping_pong") {
     ping_pong();
   } else if (w == "counting") {
@@ -357,6 +362,10 @@ int main(int argc, char** argv) {
     troupe_bench::entity_memory();
   } else if (w == "process_manager") {
     troupe_bench::process_manager();
+  } else if (w == "remote_tell") {
+    troupe_bench::remote_tell();
+  } else if (w == "remote_ask") {
+    troupe_bench::remote_ask();
   } else if (w.rfind("jobs_", 0) == 0) {
     troupe_bench::jobs(w);
   } else if (troupe_bench::lock(w)) {
