@@ -5,7 +5,7 @@
 // running units), which sit behind view_mu_ for the public getters.
 
 // clang-format off
-#include "asio_headers.hpp"  // first: see there
+#include "../asio_headers.hpp"  // first: see there
 // clang-format on
 #include "troupe/cluster/coordinator.hpp"
 

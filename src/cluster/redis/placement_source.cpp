@@ -1,7 +1,7 @@
 // Desired-set sources: the text format, files, and plain HTTP GET.
 
 // clang-format off
-#include "asio_headers.hpp"  // first: see there
+#include "../asio_headers.hpp"  // first: see there
 // clang-format on
 #include "troupe/cluster/placement_source.hpp"
 

@@ -12,7 +12,7 @@
 // it.
 
 // clang-format off
-#include "asio_headers.hpp"  // first: see there
+#include "../asio_headers.hpp"  // first: see there
 // clang-format on
 
 #include <cstdint>

@@ -20,18 +20,9 @@
 // swaps again. Both strings keep their capacity, so a busy connection
 // allocates nothing and one writev carries everything queued meanwhile.
 
-// Asio in GCC's optimised sanitizer builds: its scheduler trips
-// -Wnull-dereference through inlining (a thread_info pointer that is never
-// null where it is used), and its handler fences trip -Wtsan
-// (ThreadSanitizer does not model fences; the io_context's own mutex is what
-// orders work handed between threads here). Only the headers are exempt.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wnull-dereference"
-#pragma GCC diagnostic ignored "-Wtsan"
-#endif
+#include "../asio_headers.hpp"  // first: see there
+
 #include <array>
-#include <asio.hpp>
 #include <atomic>
 #include <cstdio>
 #include <limits>
@@ -43,9 +34,6 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #include "frame.hpp"
 #include "troupe/cluster/node_id.hpp"

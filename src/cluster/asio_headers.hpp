@@ -1,6 +1,6 @@
 #pragma once
-// Standalone Asio for the coordinator's sources, included before anything
-// else in each of them. GCC's sanitizer builds warn inside Asio's headers:
+// Standalone Asio for the cluster layer's sources (transport, Redis
+// coordinator), included before anything else in each of them. GCC's sanitizer builds warn inside Asio's headers:
 // -Wtsan on the fences its handlers use (ThreadSanitizer does not model
 // fences; the io_context's own mutex is what orders work handed between
 // threads here) and -Wnull-dereference through inlining. The exemption
