@@ -417,6 +417,9 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     std::unique_lock lk(sh.mu);
     if (sh.host) {
       add_retired(sh.host->stats());
+      // Its entities have stopped: its shutdown hook has nothing left to do,
+      // and hooks of retired registries would pile up over many hand-offs.
+      sh.host->abandon();
       sh.host.reset();
       hosted.fetch_sub(1, std::memory_order_relaxed);
     }
