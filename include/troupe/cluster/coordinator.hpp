@@ -162,14 +162,19 @@ struct CoordinatorSettings {
   std::string redis_password;         // empty: no AUTH
   std::string key_prefix = "troupe";  // every key is "{<prefix>}:...": one hash slot
 
+  // The defaults put a dead node's shards back in service within 5 s of its
+  // death: takeover is due threshold + margin (3.5 s) after its last stamp,
+  // which is at most one heartbeat before the death, and a survivor acts
+  // at its next heartbeat. Three missed heartbeats still fit in the
+  // threshold, so one slow Redis reply does not fence a node.
   Duration heartbeat_interval = std::chrono::seconds(1);
   // A member is live iff redis_now - last_heartbeat <= liveness_threshold.
   // Stored in Redis by the first member; every member must use the same.
-  Duration liveness_threshold = std::chrono::seconds(5);
+  Duration liveness_threshold = std::chrono::seconds(3);
   // Extra time before anyone may act for a member past the threshold
   // (takeover, ending a hand-off): covers clock-rate differences and a
   // fenced node's delay in stopping. Stored and checked like the threshold.
-  Duration takeover_margin = std::chrono::seconds(1);
+  Duration takeover_margin = std::chrono::milliseconds(500);
   // Period of each sync() and of the re-reading of this node's assignments
   // (which heals a missed pub/sub notice).
   Duration sync_interval = std::chrono::seconds(10);
