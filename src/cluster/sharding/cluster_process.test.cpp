@@ -367,6 +367,51 @@ TEST_F(ClusterProcesses, KillNineUnderLoadFailsOverWithinTheThresholdAndLosesNot
   check_acknowledged(acked);
 }
 
+// proves: E7, W2
+TEST_F(ClusterProcesses, TwentyKillRestartCyclesLoseNothingAcknowledgedAndNeverActivateTwice) {
+  for (auto id : {"n1", "n2", "n3"}) start_node(id);
+  await_members();
+  constexpr int kEntities = 60;
+  std::map<std::string, std::int64_t> acked;
+  std::mutex acked_mu;
+  std::atomic<bool> stop{false};
+  auto load = [&](std::string via, unsigned seed) {
+    std::mt19937 rng(seed);
+    while (!stop.load()) {
+      std::string e = "c-" + std::to_string(rng() % kEntities);
+      auto d = deposit(via, e, 5s);
+      if (d.ok()) {
+        std::lock_guard lk(acked_mu);
+        acked[e] = std::max(acked[e], d.value());
+      }
+    }
+  };
+  std::thread l1(load, "n1", 7), l2(load, "n2", 8);
+  int cycles_with_shards = 0;
+  for (int cycle = 0; cycle < 20; ++cycle) {
+    // n3 gets its share back (a rebalance: hand-offs from live owners),
+    // serves under load for a moment, then dies.
+    auto moved = ctl("n1").ask<std::int64_t>([](ReplyTo<std::int64_t> r) { return CtlRebalance{std::move(r)}; }, 10s).get();
+    EXPECT_TRUE(moved.ok()) << moved.error().to_string();
+    std::this_thread::sleep_for(400ms);
+    if (stats("n3").find("hosted=0 ") == std::string::npos) ++cycles_with_shards;
+    nodes["n3"]->kill9();
+    nodes.erase("n3");
+    std::this_thread::sleep_for(300ms);
+    start_node("n3");
+    await_members();
+  }
+  EXPECT_GE(cycles_with_shards, 15) << "n3 seldom hosted shards when it was killed";
+  std::this_thread::sleep_for(1s);
+  stop = true;
+  l1.join();
+  l2.join();
+  std::size_t incarnations = 0;
+  check_history(&incarnations);
+  check_acknowledged(acked);
+  EXPECT_GT(incarnations, static_cast<std::size_t>(kEntities)) << "the kills moved no entity";
+}
+
 // proves: E6
 TEST_F(ClusterProcesses, AGracefulShutdownWaitsForSettlingEntitiesBeforeHandingThemOff) {
   start_node("n1", 2000);
