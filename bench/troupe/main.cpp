@@ -23,6 +23,8 @@ void entity_memory();                // entities.cpp
 bool lock(const std::string& workload);  // lock.cpp: lock_uncontended, _contended, _spread
 void process_manager();                  // process_manager.cpp
 void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable}_c{1,50}[_prio]
+void failover();                         // cluster.cpp
+void rebalance();                        // cluster.cpp
 void remote_tell();                      // remote.cpp
 void remote_ask();                       // remote.cpp
 int remote_server(const std::string& workload, const char* fd_arg);  // remote.cpp: the second process
@@ -362,6 +364,10 @@ int main(int argc, char** argv) {
     troupe_bench::entity_memory();
   } else if (w == "process_manager") {
     troupe_bench::process_manager();
+  } else if (w == "failover") {
+    troupe_bench::failover();
+  } else if (w == "rebalance") {
+    troupe_bench::rebalance();
   } else if (w == "remote_tell") {
     troupe_bench::remote_tell();
   } else if (w == "remote_ask") {

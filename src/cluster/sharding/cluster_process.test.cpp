@@ -30,6 +30,7 @@
 #include "../../persist/postgres/postgres_test_server.hpp"
 #include "../redis/redis_test_server.hpp"
 #include "cluster_test_protocol.hpp"
+#include "node_process.hpp"
 #include "troupe/cluster/remote.hpp"
 #include "troupe/persist/postgres_journal.hpp"
 
@@ -42,78 +43,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace troupe::cluster::proc;
-
-// One node process. Killed (SIGKILL) when destroyed if still running.
-class NodeProcess {
- public:
-  NodeProcess(std::string id, std::vector<std::string> args) : id_(std::move(id)) {
-    int out[2];
-    if (pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
-    std::vector<std::string> argv = {TROUPE_CLUSTER_TEST_NODE, "--id", id_};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> cargv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("fork");
-    if (pid_ == 0) {
-      // A test binary that dies (a crash, a timeout's SIGKILL) takes its
-      // nodes with it.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      dup2(out[1], 1);
-      execv(cargv[0], cargv.data());
-      _exit(127);
-    }
-    close(out[1]);
-    // Wait for "READY <port>".
-    std::string line;
-    char c;
-    auto until = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < until) {
-      ssize_t n = read(out[0], &c, 1);
-      if (n <= 0) break;
-      if (c == '\n') break;
-      line += c;
-    }
-    close(out[0]);
-    if (line.rfind("READY ", 0) != 0) throw std::runtime_error("node " + id_ + " did not start: '" + line + "'");
-    port_ = static_cast<std::uint16_t>(std::stoi(line.substr(6)));
-  }
-  ~NodeProcess() { kill9(); }
-
-  void kill9() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  // SIGTERM: graceful leave. True if it exited 0 within `bound`.
-  bool terminate(std::chrono::seconds bound) {
-    if (pid_ <= 0) return false;
-    ::kill(pid_, SIGTERM);
-    auto until = std::chrono::steady_clock::now() + bound;
-    int status = 0;
-    while (std::chrono::steady_clock::now() < until) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    kill9();
-    return false;
-  }
-  const std::string& id() const { return id_; }
-  std::uint16_t port() const { return port_; }
-  bool running() const { return pid_ > 0; }
-
- private:
-  std::string id_;
-  pid_t pid_ = -1;
-  std::uint16_t port_ = 0;
-};
 
 struct HistoryLine {
   std::string entity, node;
@@ -161,8 +90,9 @@ class ClusterProcesses : public ::testing::Test {
                                      "--schema", schema, "--history", (dir / (id + ".log")).string(),
                                      "--shards", "30", "--heartbeat-ms", "200",
                                      "--threshold-ms", std::to_string(threshold_ms), "--margin-ms", std::to_string(margin_ms),
+                                     "--sync-ms", "1000", "--command-timeout-ms", "500",
                                      "--settle-ms", std::to_string(settle_ms)};
-    auto n = std::make_unique<NodeProcess>(id, args);
+    auto n = std::make_unique<NodeProcess>(TROUPE_CLUSTER_TEST_NODE, id, args);
     driver->set_peer(id, "127.0.0.1", n->port());
     auto& ref = *n;
     nodes[id] = std::move(n);

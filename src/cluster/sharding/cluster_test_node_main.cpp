@@ -220,11 +220,17 @@ int main(int argc, char** argv) {
   cs.node_id = id;
   cs.coordination.redis_port = static_cast<std::uint16_t>(redis_port);
   cs.coordination.key_prefix = "proc-test";
-  cs.coordination.heartbeat_interval = ms("--heartbeat-ms", "200");
-  cs.coordination.liveness_threshold = ms("--threshold-ms", "1000");
-  cs.coordination.takeover_margin = ms("--margin-ms", "300");
-  cs.coordination.sync_interval = std::chrono::seconds(1);
-  cs.coordination.command_timeout = std::chrono::milliseconds(500);
+  // Timings not given stay at the library's defaults (the failover bench
+  // measures those).
+  auto timing = [&](const char* name, Duration& d) {
+    std::string v = arg(argc, argv, name, "");
+    if (!v.empty()) d = std::chrono::milliseconds(std::atoi(v.c_str()));
+  };
+  timing("--heartbeat-ms", cs.coordination.heartbeat_interval);
+  timing("--threshold-ms", cs.coordination.liveness_threshold);
+  timing("--margin-ms", cs.coordination.takeover_margin);
+  timing("--sync-ms", cs.coordination.sync_interval);
+  timing("--command-timeout-ms", cs.coordination.command_timeout);
   auto cluster = Cluster::start(system, cs);
   if (!cluster.ok()) {
     std::fprintf(stderr, "cluster_test_node %s: %s\n", id.c_str(), cluster.error().to_string().c_str());
