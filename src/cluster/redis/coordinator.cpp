@@ -303,6 +303,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void publish_running(const std::string& group);
   void maybe_finish_stop();
   void finish_stop();
+  void close_all();
 
   // --- sync ---
   void run_sync(const std::string& group);
@@ -397,20 +398,7 @@ void Coordinator::Impl::halt() {
   sources_.shutdown();
   asio::post(io_, [this] {
     halted_ = true;
-    cmd_.close();
-    sub_.close();
-    heartbeat_timer_.cancel();
-    fence_timer_.cancel();
-    reconnect_timer_.cancel();
-    periodic_timer_.cancel();
-    start_retry_timer_.cancel();
-    for (auto& [g, st] : syncs_) {
-      if (st.timer) st.timer->cancel();
-      for (auto& w : st.waiters) w.set_error(shutting_down_error());
-      for (auto& w : st.round_waiters) w.set_error(shutting_down_error());
-      st.waiters.clear();
-      st.round_waiters.clear();
-    }
+    close_all();
     for (auto& w : start_waiters_) w.set_error(shutting_down_error());
     start_waiters_.clear();
     for (auto& w : stop_waiters_) w.set_error(shutting_down_error());
@@ -1459,9 +1447,9 @@ void Coordinator::Impl::maybe_finish_stop() {
   });
 }
 
-void Coordinator::Impl::finish_stop() {
-  phase_ = Phase::stopped;
-  link_up_ = false;
+// Closes both connections, cancels every timer and answers every sync
+// waiter with shutting_down. io thread.
+void Coordinator::Impl::close_all() {
   cmd_.close();
   sub_.close();
   heartbeat_timer_.cancel();
@@ -1476,6 +1464,12 @@ void Coordinator::Impl::finish_stop() {
     st.waiters.clear();
     st.round_waiters.clear();
   }
+}
+
+void Coordinator::Impl::finish_stop() {
+  phase_ = Phase::stopped;
+  link_up_ = false;
+  close_all();
   for (auto& w : stop_waiters_) w.set_value();
   stop_waiters_.clear();
 }
