@@ -678,9 +678,11 @@ class ShardRegion {
 
   // Stops every shard hosted here gracefully (E6: processing entities finish
   // their episode), releases them to the directory and detaches; waits up
-  // to `bound` (zero: the entity stop_timeout, or the longest processing
-  // timeout plus one second, per shard in parallel). Later commands are
-  // refused with shutting_down. timeout if entities still run after it.
+  // to `bound` for all shards at once (zero: the entity stop_timeout, or
+  // 31 s without one). Later commands are refused with shutting_down.
+  // timeout if entities still run after it. In a cluster, leave the
+  // cluster first (Cluster::leave): that hands the shards to other nodes;
+  // this only stops what is still here.
   Result<void> stop(Duration bound = Duration::zero()) const {
     core_->stop_all();
     Duration b = bound;
