@@ -302,9 +302,7 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     if (sh.phase != Phase::locating) return;  // started meanwhile
     if (!loc.ok()) {
       sh.phase = Phase::unknown;
-      auto waiting = std::move(sh.buffer);
-      sh.buffer.clear();
-      buffered.fetch_sub(waiting.size(), std::memory_order_relaxed);
+      auto waiting = take_buffer(sh);
       lk.unlock();
       for (auto& p : waiting) refuse(p.cmd, loc.error());
       return;
@@ -322,12 +320,18 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     flush(sh, s);
   }
 
+  // Empties the shard's buffer into the caller's hands; with sh.mu held.
+  std::deque<Pending> take_buffer(Shard& sh) {
+    std::deque<Pending> out;
+    out.swap(sh.buffer);
+    buffered.fetch_sub(out.size(), std::memory_order_relaxed);
+    return out;
+  }
+
   // Sends what waited, in order; with sh.mu held and a phase of local or
   // remote.
   void flush(Shard& sh, std::uint32_t s) {
-    auto waiting = std::move(sh.buffer);
-    sh.buffer.clear();
-    buffered.fetch_sub(waiting.size(), std::memory_order_relaxed);
+    auto waiting = take_buffer(sh);
     for (auto& p : waiting) {
       if (sh.phase == Phase::local) {
         deliver_local(sh, std::move(p.id), std::move(p.cmd));
@@ -362,9 +366,7 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     if (!reg.ok()) {
       // Only shutting_down can happen here (settings were checked at start).
       sh.phase = Phase::unknown;
-      auto waiting = std::move(sh.buffer);
-      sh.buffer.clear();
-      buffered.fetch_sub(waiting.size(), std::memory_order_relaxed);
+      auto waiting = take_buffer(sh);
       for (auto& p : waiting) refuse(p.cmd, reg.error());
       return;
     }
@@ -508,9 +510,7 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     for (std::uint32_t s = 0; s < settings.shard_count; ++s) {
       Shard& sh = shards[s];
       std::unique_lock lk(sh.mu);
-      auto waiting = std::move(sh.buffer);
-      sh.buffer.clear();
-      buffered.fetch_sub(waiting.size(), std::memory_order_relaxed);
+      auto waiting = take_buffer(sh);
       bool local = sh.phase == Phase::local;
       std::uint64_t epoch = sh.epoch;
       lk.unlock();
