@@ -11,6 +11,12 @@
 namespace troupe {
 namespace detail {
 
+struct LockShardMsg {
+  enum class Kind : std::uint8_t { acquire, finished, wait_tick, lease_tick, sweep_tick };
+  Kind kind = Kind::acquire;
+  std::unique_ptr<LockRequest> req{};
+};
+
 namespace {
 
 // Written only by the owning shard's thread, read by stats(): relaxed
@@ -32,12 +38,26 @@ struct LockShared {
   std::size_t mask = 0;
   // Shared with the shard actors, which may outlive every KeyedLock handle.
   std::shared_ptr<ShardCounters[]> counters;
+  // Set instead of the shards for a lock whose requests go elsewhere.
+  std::shared_ptr<LockBackend> backend;
 };
 
-const ActorRef<LockShardMsg>& lock_shard_for(const LockShared& s, std::size_t key_hash) noexcept {
-  // Returned by reference: copying a ref would bounce the shard's reference
-  // count between every caller's thread.
-  return s.shards[key_hash & s.mask];
+void lock_submit(const LockShared& s, std::unique_ptr<LockRequest> req) {
+  if (s.backend) {
+    s.backend->submit(std::move(req));
+    return;
+  }
+  // By reference: copying a ref would bounce the shard's reference count
+  // between every caller's thread.
+  const ActorRef<LockShardMsg>& shard = s.shards[req->hash & s.mask];
+  shard.tell(LockShardMsg{LockShardMsg::Kind::acquire, std::move(req)});
+}
+
+KeyedLock make_keyed_lock(KeyedLockSettings settings, std::shared_ptr<LockBackend> backend) {
+  auto shared = std::make_shared<LockShared>();
+  shared->settings = std::move(settings);
+  shared->backend = std::move(backend);
+  return KeyedLock(std::move(shared));
 }
 
 struct LockKeyState {
@@ -101,6 +121,11 @@ class LockShard final : public Actor<LockShardMsg> {
       : settings_(std::move(settings)), counters_(std::move(counters)), c_(*counters_) {}
 
   void on_start() {
+    sink_ = std::make_shared<ShardSink>(self_ref());
+    if (cfg().first_token != 0) {
+      next_token_ = cfg().first_token;
+      return;
+    }
     // Tokens start at the wall clock in nanoseconds so that they keep
     // growing across a restart; see LockLease::token.
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(wall_now().time_since_epoch()).count();
@@ -187,7 +212,7 @@ class LockShard final : public Actor<LockShardMsg> {
     ks.cell->current.store(token, std::memory_order_release);
     bump(c_.grants);
     TimePoint t0 = coarse_now();
-    bool done = r->start(req, LockLease(ks.cell, token), self_ref());
+    bool done = r->start(req, LockLease(ks.cell, token), sink_);
     if (!done) {  // asynchronous: the continuation owns the request now
       now_ = now();
       r->deadline = deadline_after(now_, cfg().lease);
@@ -347,10 +372,23 @@ class LockShard final : public Actor<LockShardMsg> {
 
   static constexpr int kSweepBatch = 4096;
 
+  // Brings an asynchronous block's request back to this shard.
+  class ShardSink final : public LockSink {
+   public:
+    explicit ShardSink(ActorRef<Msg> shard) : shard_(std::move(shard)) {}
+    void finished(std::unique_ptr<LockRequest> req) override {
+      shard_.tell(Msg{Kind::finished, std::move(req)});
+    }
+
+   private:
+    ActorRef<Msg> shard_;
+  };
+
   std::shared_ptr<const KeyedLockSettings> settings_;
   std::shared_ptr<ShardCounters> counters_;
   ShardCounters& c_;
   ActorRef<Msg> self_;
+  std::shared_ptr<ShardSink> sink_;
   std::unordered_map<std::string_view, LockKeyState, KeyHash, KeyEq> keys_;
   DeadlineList waits_;
   DeadlineList leases_;
@@ -395,6 +433,7 @@ Result<KeyedLock> KeyedLock::start(ActorSystem& system, KeyedLockSettings settin
 }
 
 LockStats KeyedLock::stats() const {
+  if (shared_->backend) return shared_->backend->stats();
   LockStats s;
   for (std::size_t i = 0; i <= shared_->mask; ++i) {
     auto& c = shared_->counters[i];
@@ -414,6 +453,7 @@ LockStats KeyedLock::stats() const {
 const KeyedLockSettings& KeyedLock::settings() const noexcept { return shared_->settings; }
 
 void KeyedLock::stop() const {
+  if (shared_->backend) shared_->backend->stop();
   for (auto& s : shared_->shards) s.stop();
 }
 

@@ -276,6 +276,16 @@ TEST_F(KeyedLockTest, TokensIncreasePerKeyAndAcrossARestartOfTheLock) {
 }
 
 // proves: L3
+TEST_F(KeyedLockTest, TokensStartAboveAGivenFirstTokenWhatEverTheClock) {
+  constexpr std::uint64_t first = std::uint64_t{7} << 40;
+  auto lock = make({.first_token = first});
+  auto a = *lock.lock("k", [](const LockLease& l) { return l.token(); }).get();
+  auto b = *lock.lock("k", [](const LockLease& l) { return l.token(); }).get();
+  EXPECT_EQ(a, first + 1);
+  EXPECT_EQ(b, first + 2);
+}
+
+// proves: L3
 TEST_F(KeyedLockTest, LeaseIsNotCurrentAfterTheBlockFinished) {
   auto lock = make();
   std::optional<LockLease> kept;

@@ -80,6 +80,10 @@ struct KeyedLockSettings {
   Duration idle_after = std::chrono::seconds(60);
   // Shard actors; 0 = 8 per worker thread. Rounded up to a power of two.
   std::size_t shards = 0;
+  // Tokens are drawn above this value. 0: the wall clock in nanoseconds at
+  // start (tokens then grow across restarts, see LockLease::token). A
+  // cluster-wide lock sets it from the shard's placement epoch.
+  std::uint64_t first_token = 0;
 };
 
 // Counters since start, summed over shards. A snapshot: fields are read one
@@ -116,7 +120,9 @@ class LockLease {
   const std::string& key() const noexcept { return cell_->key; }
   // Strictly increasing per key: also across a restart of the process as
   // long as the wall clock does not step back (tokens start from the wall
-  // clock in nanoseconds and grow by one per grant).
+  // clock in nanoseconds and grow by one per grant). For a cluster-wide
+  // lock, also across moves of the key's shard between nodes (its
+  // placement epoch is the token's high part; doc/lock.md).
   std::uint64_t token() const noexcept { return token_; }
   // True while this grant still holds the key: false once the block has
   // finished, its lease expired, or the lock stopped.
@@ -132,7 +138,17 @@ class LockLease {
 namespace detail {
 
 struct LockKeyState;
-struct LockShardMsg;
+class LockRequest;
+
+// Where a request goes back to when the Future its block returned
+// completes: the shard that granted it, or for a cluster-wide lock the
+// node-side client that ran the block. Called on the thread that completed
+// the Future.
+class LockSink {
+ public:
+  virtual ~LockSink() = default;
+  virtual void finished(std::unique_ptr<LockRequest> req) = 0;
+};
 
 // One lock request as a shard sees it. The typed part (block and promise)
 // lives in LockRequestImpl; the shard only moves requests between its
@@ -147,9 +163,9 @@ class LockRequest : public Pooled {
   // Runs the block. Returns true when its outcome is already stored (a
   // synchronous block, or one that threw); false when it returned a pending
   // Future: the request then belongs to that future's continuation (`owner`
-  // is moved into it), which sends it back to `shard` as `finished`.
+  // is moved into it), which hands it back to `sink`.
   virtual bool start(std::unique_ptr<LockRequest>& owner, const LockLease& lease,
-                     const ActorRef<LockShardMsg>& shard) = 0;
+                     const std::shared_ptr<LockSink>& sink) = 0;
   // Answers the caller with the stored outcome.
   virtual void finish() = 0;
   // Answers the caller with an error of the lock's own (timeout, expiry, stop).
@@ -167,12 +183,6 @@ class LockRequest : public Pooled {
   TimePoint deadline{};
   std::uint64_t token = 0;
   bool expired = false;
-};
-
-struct LockShardMsg {
-  enum class Kind : std::uint8_t { acquire, finished, wait_tick, lease_tick, sweep_tick };
-  Kind kind = Kind::acquire;
-  std::unique_ptr<LockRequest> req{};
 };
 
 template <class T>
@@ -214,14 +224,14 @@ class LockRequestImpl final : public LockRequest {
   }
 
   bool start(std::unique_ptr<LockRequest>& owner, const LockLease& lease,
-             const ActorRef<LockShardMsg>& shard) override {
+             const std::shared_ptr<LockSink>& sink) override {
     try {
       if constexpr (IsFuture<Ret>::value) {
         Ret f = block_(lease);
-        std::move(f).then([shard, self = std::move(owner)](Result<R> r) mutable {
+        std::move(f).then([sink, self = std::move(owner)](Result<R> r) mutable {
           auto* me = static_cast<LockRequestImpl*>(self.get());
           me->outcome_.emplace(std::move(r));
-          shard.tell(LockShardMsg{LockShardMsg::Kind::finished, std::move(self)});
+          sink->finished(std::move(self));
         });
         return false;
       } else if constexpr (std::is_void_v<Ret>) {
@@ -247,15 +257,35 @@ class LockRequestImpl final : public LockRequest {
 };
 
 struct LockShared;
-const ActorRef<LockShardMsg>& lock_shard_for(const LockShared& s, std::size_t key_hash) noexcept;
+// Hands a new request to the lock's shard for its key (or its backend).
+void lock_submit(const LockShared& s, std::unique_ptr<LockRequest> req);
 
+// Another home for a KeyedLock's requests: the cluster-wide lock
+// (troupe/cluster/cluster_lock.hpp). Thread-safe.
+class LockBackend {
+ public:
+  virtual ~LockBackend() = default;
+  // Owns `req` from now on and answers it exactly once.
+  virtual void submit(std::unique_ptr<LockRequest> req) = 0;
+  virtual LockStats stats() const = 0;
+  virtual void stop() = 0;
+};
+
+}  // namespace detail
+
+class KeyedLock;
+namespace detail {
+// A KeyedLock whose requests go to `backend`; `settings` as validated by it.
+KeyedLock make_keyed_lock(KeyedLockSettings settings, std::shared_ptr<LockBackend> backend);
 }  // namespace detail
 
 // A set of per-key locks with one wait/lease policy. A cheap handle: copies
 // share the same lock; all members are thread-safe. The shard actors belong
 // to the actor system given to start(); they stop with it (or with stop()),
 // and every request still waiting or running is then answered with
-// shutting_down.
+// shutting_down. The same handle, made by troupe::cluster::start_keyed_lock,
+// is a cluster-wide lock (L6): keys are routed to their owner node by
+// sharding, blocks run on the caller's node.
 class KeyedLock {
  public:
   // Starts the shard actors. invalid_argument for unusable settings.
@@ -276,7 +306,7 @@ class KeyedLock {
         std::string(key), h, std::forward<F>(block), std::move(p)));
     // A refused message (the lock or the system stopped) destroys the
     // request, which answers shutting_down.
-    detail::lock_shard_for(*shared_, h).tell(detail::LockShardMsg{detail::LockShardMsg::Kind::acquire, std::move(req)});
+    detail::lock_submit(*shared_, std::move(req));
     return f;
   }
 
@@ -289,6 +319,7 @@ class KeyedLock {
   void stop() const;
 
  private:
+  friend KeyedLock detail::make_keyed_lock(KeyedLockSettings, std::shared_ptr<detail::LockBackend>);
   explicit KeyedLock(std::shared_ptr<detail::LockShared> s) : shared_(std::move(s)) {}
   std::shared_ptr<detail::LockShared> shared_;
 };
