@@ -404,7 +404,8 @@ class LockShard final : public Actor<LockShardMsg> {
 }  // namespace
 }  // namespace detail
 
-Result<KeyedLock> KeyedLock::start(ActorSystem& system, KeyedLockSettings settings) {
+namespace detail {
+Result<void> check_lock_settings(const KeyedLockSettings& settings) {
   auto bad = [&](const std::string& what) {
     return Error(ErrorCode::invalid_argument, "keyed lock '" + settings.name + "': " + what);
   };
@@ -413,6 +414,12 @@ Result<KeyedLock> KeyedLock::start(ActorSystem& system, KeyedLockSettings settin
   if (settings.lease <= Duration::zero()) return bad("lease must be positive");
   if (settings.idle_after <= Duration::zero()) return bad("idle_after must be positive");
   if (settings.shards > (std::size_t{1} << 16)) return bad("shards must be at most 65536");
+  return {};
+}
+}  // namespace detail
+
+Result<KeyedLock> KeyedLock::start(ActorSystem& system, KeyedLockSettings settings) {
+  if (auto ok = detail::check_lock_settings(settings); !ok.ok()) return std::move(ok).error();
   std::size_t n = settings.shards ? settings.shards : 8 * std::max<std::size_t>(1, system.threads());
   n = std::bit_ceil(n);
   settings.shards = n;

@@ -104,8 +104,13 @@ namespace detail {
 // Shared between a key's state and the leases handed out for it.
 struct LockKeyCell {
   explicit LockKeyCell(std::string k) : key(std::move(k)) {}
+  LockKeyCell(std::string k, const Clock* c, TimePoint end) : key(std::move(k)), clock(c), until(end) {}
   std::string key;
   std::atomic<std::uint64_t> current{0};  // token of the holder, 0 if none
+  // A grant held away from its owner (cluster-wide lock) also ends at
+  // `until` on `clock`, whether or not anything has run since.
+  const Clock* clock = nullptr;
+  TimePoint until = TimePoint::max();
 };
 
 }  // namespace detail
@@ -127,7 +132,8 @@ class LockLease {
   // True while this grant still holds the key: false once the block has
   // finished, its lease expired, or the lock stopped.
   bool is_current() const noexcept {
-    return cell_->current.load(std::memory_order_acquire) == token_;
+    if (cell_->current.load(std::memory_order_acquire) != token_) return false;
+    return !cell_->clock || cell_->clock->now() < cell_->until;
   }
 
  private:
@@ -275,7 +281,9 @@ class LockBackend {
 
 class KeyedLock;
 namespace detail {
-// A KeyedLock whose requests go to `backend`; `settings` as validated by it.
+// invalid_argument naming the first unusable setting.
+Result<void> check_lock_settings(const KeyedLockSettings& settings);
+// A KeyedLock whose requests go to `backend`; `settings` checked already.
 KeyedLock make_keyed_lock(KeyedLockSettings settings, std::shared_ptr<LockBackend> backend);
 }  // namespace detail
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../redis/redis_test_server.hpp"
+#include "in_process_nodes.hpp"
 #include "sharding_test_support.hpp"
 #include "troupe/persist/memory_journal.hpp"
 
@@ -55,11 +56,7 @@ class ClusterSharding : public ::testing::Test {
   ClusterNode& add(const std::string& id, Duration settle_timeout = 30s) {
     auto n = std::make_unique<ClusterNode>();
     n->id = id;
-    SystemConfig cfg;
-    cfg.threads = 2;
-    cfg.log_failures = false;
-    cfg.log_dead_letters = false;
-    n->system = std::make_unique<ActorSystem>(std::move(cfg));
+    n->system = test::quiet_system();
     ClusterSettings cs;
     cs.node_id = id;
     cs.coordination = coordination();

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "in_process_nodes.hpp"
 #include "sharding_test_support.hpp"
 #include "troupe/cluster/static_directory.hpp"
 #include "troupe/persist/memory_journal.hpp"
@@ -24,11 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 using test::Account;
 
-struct Node {
-  std::string id;
-  std::unique_ptr<ActorSystem> system;
-  std::unique_ptr<Remoting> remoting;
-  std::unique_ptr<ShardDirectory> directory;
+struct Node : test::InProcessNode {
   std::optional<ShardRegion<Account>> region;
 };
 
@@ -52,25 +49,8 @@ class Sharding : public ::testing::Test {
 
   void boot(std::vector<std::string> ids, std::uint32_t shards = 16, Duration settle_timeout = 30s) {
     placement = std::make_unique<StaticShardDirectory>(ids);
-    for (auto& id : ids) {
-      auto n = std::make_unique<Node>();
-      n->id = id;
-      SystemConfig cfg;
-      cfg.threads = 2;
-      cfg.log_failures = false;
-      cfg.log_dead_letters = false;
-      n->system = std::make_unique<ActorSystem>(std::move(cfg));
-      Remoting::Settings rs;
-      rs.node_id = id;
-      auto r = Remoting::start(*n->system, rs);
-      ASSERT_TRUE(r.ok()) << r.error().to_string();
-      n->remoting = std::move(r.value());
-      n->directory = placement->view(id);
-      nodes.push_back(std::move(n));
-    }
-    for (auto& a : nodes)
-      for (auto& b : nodes)
-        if (a != b) a->remoting->set_peer(b->id, "127.0.0.1", b->remoting->port());
+    test::start_in_process_nodes(ids, *placement, nodes);
+    if (HasFatalFailure()) return;
     for (auto& n : nodes) {
       auto reg = ShardRegion<Account>::start(
           *n->system, journal, *n->remoting, *n->directory, settings(shards), test::account_events(),
