@@ -4,6 +4,9 @@
 
 #include "troupe/cluster/cluster.hpp"
 
+#include <atomic>
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -16,6 +19,7 @@
 #include "../redis/redis_test_server.hpp"
 #include "in_process_nodes.hpp"
 #include "sharding_test_support.hpp"
+#include "troupe/cluster/cluster_lock.hpp"
 #include "troupe/persist/memory_journal.hpp"
 
 namespace troupe::cluster {
@@ -29,6 +33,7 @@ struct ClusterNode {
   std::unique_ptr<ActorSystem> system;
   std::unique_ptr<Cluster> cluster;
   std::optional<ShardRegion<Account>> region;
+  std::optional<KeyedLock> lock;
 };
 
 class ClusterSharding : public ::testing::Test {
@@ -81,6 +86,7 @@ class ClusterSharding : public ::testing::Test {
 
   void TearDown() override {
     for (auto& n : nodes) {
+      if (n->lock) n->lock->stop();
       if (n->region) (void)n->region->stop(5s);
     }
     for (auto& n : nodes) n->cluster.reset();
@@ -216,6 +222,70 @@ TEST_F(ClusterSharding, AGracefulLeaveHandsItsShardsToTheOthersAfterProcessingEn
   auto w = where(node("a"), id);
   ASSERT_TRUE(w.ok()) << w.error().to_string();
   EXPECT_EQ(owner_in(w.value()), "a");
+}
+
+// proves: L6
+TEST_F(ClusterSharding, TheKeyedLockStaysExclusiveAndItsTokensGrowThroughARebalanceOverRedis) {
+  auto start_lock = [&](ClusterNode& n) {
+    auto l = start_keyed_lock(*n.system, n.cluster->remoting(), n.cluster->directory(), {.name = "accounts"},
+                              {.shard_count = 8});
+    ASSERT_TRUE(l.ok()) << l.error().to_string();
+    n.lock.emplace(std::move(l.value()));
+  };
+  auto token = [](ClusterNode& n, const std::string& key) -> std::uint64_t {
+    auto r = n.lock->lock(key, [](const LockLease& l) { return l.token(); }).get();
+    EXPECT_TRUE(r.ok()) << key << ": " << r.error().to_string();
+    return r.ok() ? r.value() : 0;
+  };
+  start_lock(add("a"));
+  start_lock(add("b"));
+  await_members(2);
+  std::map<std::string, std::uint64_t> last;
+  for (int i = 0; i < 24; ++i) {
+    std::string key = "key-" + std::to_string(i);
+    last[key] = token(*nodes[i % 2], key);
+  }
+  start_lock(add("c"));
+  await_members(3);
+
+  // Callers on every node hammer one key while the lock's shards move.
+  std::atomic<int> inside{0}, overlaps{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> callers;
+  for (auto& n : nodes) {
+    callers.emplace_back([&, lock = *n->lock] {
+      for (int i = 0; i < 60; ++i) {
+        auto r = lock.lock("hot", [&](const LockLease&) {
+                       if (inside.fetch_add(1) != 0) overlaps.fetch_add(1);
+                       std::this_thread::sleep_for(300us);
+                       inside.fetch_sub(1);
+                     })
+                     .get();
+        if (!r.ok()) failed = true;
+      }
+    });
+  }
+  auto moves = node("a").cluster->coordinator().rebalance_all(detail::shard_group(lock_type("accounts"))).get();
+  for (auto& t : callers) t.join();
+  ASSERT_TRUE(moves.ok()) << moves.error().to_string();
+  EXPECT_FALSE(moves.value().empty());
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_FALSE(failed.load());
+
+  // Every key's next token is larger than its last, from any node; keys
+  // whose shard moved jump to the new owner's epoch.
+  std::set<std::uint32_t> moved;
+  for (const auto& m : moves.value()) moved.insert(static_cast<std::uint32_t>(std::stoul(m.unit)));
+  std::size_t jumped = 0;
+  for (auto& [key, before] : last) {
+    std::uint64_t now = token(node("c"), key);
+    EXPECT_GT(now, before) << key;
+    if (moved.count(shard_of(key, 8))) {
+      EXPECT_GT(now >> 40, before >> 40) << key;
+      ++jumped;
+    }
+  }
+  EXPECT_GT(jumped, 0u);
 }
 
 }  // namespace
