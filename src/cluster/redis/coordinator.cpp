@@ -884,7 +884,6 @@ void Coordinator::Impl::arm_fence_timer() {
 void Coordinator::Impl::fence(const std::string& why) {
   if (fenced_) return;
   fenced_ = true;
-  fenced_flag_.store(true, std::memory_order_release);
   log(CoordinatorLogLevel::warning, "fenced: " + why + "; stopping every unit");
   if (s_.on_fenced) {
     try {
@@ -899,6 +898,9 @@ void Coordinator::Impl::fence(const std::string& why) {
       if (!u.stopping) names.push_back(unit);
     for (const auto& unit : names) begin_stop(group, unit, /*release_after=*/false);
   }
+  // Seen from other threads only now: a node that reports itself fenced
+  // has asked every unit to stop.
+  fenced_flag_.store(true, std::memory_order_release);
 }
 
 void Coordinator::Impl::unfence() {
