@@ -117,7 +117,8 @@ struct LockKeyCell {
 
 // What a block gets: its key, its fencing token and whether that token is
 // still the key's current one. Copyable; is_current() may be called from any
-// thread, also after the block returned (then it is false).
+// thread, also after the block returned (then it is false), while the actor
+// system that granted it exists.
 class LockLease {
  public:
   LockLease(std::shared_ptr<const detail::LockKeyCell> cell, std::uint64_t token)

@@ -378,7 +378,9 @@ std::string format(Duration d) {
 
 class Client final : public Actor<ClientMsg> {
  public:
-  explicit Client(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+  // A weak reference: the cell keeps its actor's constructor arguments
+  // (for restarts), and the core holds the cell.
+  explicit Client(const std::weak_ptr<Core>& core) : core_(core.lock()) {}
 
   void on_start() { sink_ = std::make_shared<Sink>(self()); }
 
@@ -420,6 +422,10 @@ class Client final : public Actor<ClientMsg> {
       core_->end_hold(h.shard, token);
     }
     holds_.clear();
+    // The core holds this actor's reference: let go of it so neither keeps
+    // the other alive.
+    sink_.reset();
+    core_.reset();
   }
 
  private:
@@ -646,7 +652,7 @@ class Client final : public Actor<ClientMsg> {
 
 class Host final : public Actor<HostMsg> {
  public:
-  explicit Host(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+  explicit Host(const std::weak_ptr<Core>& core) : core_(core.lock()) {}  // as Client's
 
   void receive(HostMsg& m) {
     std::visit(
@@ -680,6 +686,7 @@ class Host final : public Actor<HostMsg> {
     for (auto& [shard, q] : unstarted_)
       for (auto& a : q) deny_retry(a.first, a.second, {});
     unstarted_.clear();
+    core_.reset();  // as Client::on_stop
   }
 
  private:
@@ -926,6 +933,15 @@ class Host final : public Actor<HostMsg> {
     cancel_timer("grace-" + std::to_string(shard));
     for (auto& [from, a] : h.buffer) deny_retry(from, a, {});
     h.buffer.clear();
+    // The stand-in blocks' promises: dropping them ends those blocks (their
+    // futures answer no_reply) and frees what the blocks hold, the promise
+    // map included. Outside its lock: the blocks' continuations take it.
+    std::unordered_map<std::uint64_t, Promise<std::monostate>> dropped;
+    {
+      std::lock_guard lk(h.promises->mu);
+      dropped.swap(h.promises->by_token);
+    }
+    dropped.clear();
     if (h.lock) {
       h.lock->stop();
       std::lock_guard lk(core_->hosted_mu);
@@ -1028,11 +1044,12 @@ Result<KeyedLock> start_keyed_lock(ActorSystem& system, Remoting& remoting, Shar
   std::size_t n = std::bit_ceil(std::max<std::size_t>(1, 4 * system.threads()));
   core->client_mask = n - 1;
   for (std::size_t i = 0; i < n; ++i) {
-    auto ref = system.spawn<Client>(SpawnOptions{.name = core->type + "-client-" + std::to_string(i)}, core);
+    auto ref = system.spawn<Client>(SpawnOptions{.name = core->type + "-client-" + std::to_string(i)},
+                                    std::weak_ptr<Core>(core));
     if (!ref) return Error(ErrorCode::shutting_down, "keyed lock '" + settings.name + "': the actor system is shutting down");
     core->clients.push_back(std::move(ref));
   }
-  core->host = system.spawn<Host>(SpawnOptions{.name = core->type + "-host"}, core);
+  core->host = system.spawn<Host>(SpawnOptions{.name = core->type + "-host"}, std::weak_ptr<Core>(core));
   auto backend = std::make_shared<Backend>(core);
   if (!core->host) return Error(ErrorCode::shutting_down, "keyed lock '" + settings.name + "': the actor system is shutting down");
 
