@@ -351,18 +351,10 @@ class LockShard final : public Actor<LockShardMsg> {
 
   Error acquire_timeout_error(const LockKeyState& ks) const {
     return Error(ErrorCode::acquire_timeout, "keyed lock '" + cfg().name + "': key '" + ks.cell->key +
-                                                 "' not acquired within " + format(cfg().wait_timeout));
+                                                 "' not acquired within " + lock_duration_text(cfg().wait_timeout));
   }
   Error lease_expired_error(const LockKeyState& ks, std::uint64_t token) const {
-    return Error(ErrorCode::lease_expired, "keyed lock '" + cfg().name + "': the block for key '" +
-                                               ks.cell->key + "' ran past its lease of " +
-                                               format(cfg().lease) + "; token " + std::to_string(token) +
-                                               " is no longer current");
-  }
-  static std::string format(Duration d) {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-    if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-    return std::to_string(ms) + "ms";
+    return lock_lease_expired(cfg(), ks.cell->key, token);
   }
 
   const ActorRef<Msg>& self_ref() {
@@ -405,6 +397,19 @@ class LockShard final : public Actor<LockShardMsg> {
 }  // namespace detail
 
 namespace detail {
+std::string lock_duration_text(Duration d) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+Error lock_lease_expired(const KeyedLockSettings& settings, std::string_view key, std::uint64_t token) {
+  return Error(ErrorCode::lease_expired, "keyed lock '" + settings.name + "': the block for key '" +
+                                             std::string(key) + "' ran past its lease of " +
+                                             lock_duration_text(settings.lease) + "; token " +
+                                             std::to_string(token) + " is no longer current");
+}
+
 Result<void> check_lock_settings(const KeyedLockSettings& settings) {
   auto bad = [&](const std::string& what) {
     return Error(ErrorCode::invalid_argument, "keyed lock '" + settings.name + "': " + what);

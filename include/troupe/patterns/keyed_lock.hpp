@@ -284,6 +284,10 @@ class KeyedLock;
 namespace detail {
 // invalid_argument naming the first unusable setting.
 Result<void> check_lock_settings(const KeyedLockSettings& settings);
+// "5s", "250ms": durations in the lock's messages.
+std::string lock_duration_text(Duration d);
+// What the caller of a block that ran past its lease gets.
+Error lock_lease_expired(const KeyedLockSettings& settings, std::string_view key, std::uint64_t token);
 // A KeyedLock whose requests go to `backend`; `settings` checked already.
 KeyedLock make_keyed_lock(KeyedLockSettings settings, std::shared_ptr<LockBackend> backend);
 }  // namespace detail

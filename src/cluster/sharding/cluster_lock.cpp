@@ -73,11 +73,6 @@ struct QueryReply {
 };
 using Wire = std::variant<Acquire, Grant, Deny, Release, Query, QueryReply>;
 
-template <class T>
-Result<T> checked(ByteReader& r, T v) {
-  return r.finish(std::move(v));
-}
-
 MessageCodecs<Wire> wire_codecs() {
   MessageCodecs<Wire> c;
   (void)c.add<Acquire>(
@@ -87,7 +82,7 @@ MessageCodecs<Wire> wire_codecs() {
         m.req = r.u64();
         m.shard = r.u32();
         m.key = r.str();
-        return checked(r, std::move(m));
+        return r.finish(std::move(m));
       });
   (void)c.add<Grant>(
       "troupe.lock.Grant",
@@ -99,7 +94,7 @@ MessageCodecs<Wire> wire_codecs() {
         m.key = r.str();
         m.token = r.u64();
         m.waited_ns = r.u64();
-        return checked(r, std::move(m));
+        return r.finish(std::move(m));
       });
   (void)c.add<Deny>(
       "troupe.lock.Deny",
@@ -114,7 +109,7 @@ MessageCodecs<Wire> wire_codecs() {
         m.message = r.str();
         m.retry = r.boolean();
         m.hint = r.str();
-        return checked(r, std::move(m));
+        return r.finish(std::move(m));
       });
   (void)c.add<Release>(
       "troupe.lock.Release", [](const Release& m, ByteWriter& w) { w.u32(m.shard).str(m.key).u64(m.token); },
@@ -123,7 +118,7 @@ MessageCodecs<Wire> wire_codecs() {
         m.shard = r.u32();
         m.key = r.str();
         m.token = r.u64();
-        return checked(r, std::move(m));
+        return r.finish(std::move(m));
       });
   (void)c.add<Query>(
       "troupe.lock.Query", [](const Query& m, ByteWriter& w) { w.u32(m.shard).u64(m.epoch); },
@@ -131,7 +126,7 @@ MessageCodecs<Wire> wire_codecs() {
         Query m;
         m.shard = r.u32();
         m.epoch = r.u64();
-        return checked(r, std::move(m));
+        return r.finish(std::move(m));
       });
   (void)c.add<QueryReply>(
       "troupe.lock.QueryReply",
@@ -154,7 +149,7 @@ MessageCodecs<Wire> wire_codecs() {
           h.token = r.u64();
           m.holds.push_back(std::move(h));
         }
-        return checked(r, std::move(m));
+        return r.finish(std::move(m));
       });
   return c;
 }
@@ -215,7 +210,7 @@ void bump(std::atomic<std::uint64_t>& c, std::int64_t by = 1) noexcept {
   c.fetch_add(static_cast<std::uint64_t>(by), std::memory_order_relaxed);
 }
 
-struct Core : std::enable_shared_from_this<Core> {
+struct Core {
   ActorSystem* system = nullptr;
   Remoting* remoting = nullptr;
   ShardDirectory* directory = nullptr;
@@ -367,12 +362,6 @@ class WireInbox final : public detail::Inbox {
   std::weak_ptr<Core> core_;
   std::shared_ptr<const MessageCodecs<Wire>> codecs_;
 };
-
-std::string format(Duration d) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  return std::to_string(ms) + "ms";
-}
 
 // --- the caller's side: runs blocks on this node ------------------------------------
 
@@ -601,9 +590,9 @@ class Client final : public Actor<ClientMsg> {
         bump(core_->counters.acquire_timeouts);
         p.req->fail(Error(ErrorCode::acquire_timeout,
                           "keyed lock '" + cfg().name + "': key '" + p.req->key + "' not acquired within " +
-                              format(cfg().wait_timeout) + " (its owner " +
+                              troupe::detail::lock_duration_text(cfg().wait_timeout) + " (its owner " +
                               (p.owner.empty() ? std::string("could not be found") : "'" + p.owner + "' did not answer") +
-                              " within another " + format(core_->cluster.reply_timeout) + ")"));
+                              " within another " + troupe::detail::lock_duration_text(core_->cluster.reply_timeout) + ")"));
         it = pending_.erase(it);
         bump(core_->counters.waiting, -1);
         continue;
@@ -635,9 +624,7 @@ class Client final : public Actor<ClientMsg> {
   }
 
   Error lease_expired(const std::string& key, std::uint64_t token) const {
-    return Error(ErrorCode::lease_expired, "keyed lock '" + cfg().name + "': the block for key '" + key +
-                                               "' ran past its lease of " + format(cfg().lease) + "; token " +
-                                               std::to_string(token) + " is no longer current");
+    return troupe::detail::lock_lease_expired(cfg(), key, token);
   }
 
   std::shared_ptr<Core> core_;
