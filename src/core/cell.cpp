@@ -141,6 +141,7 @@ Delivery CellBase::push_system(Envelope* e) noexcept {
     }
     e->next = (old == kIdle) ? nullptr : old;
     if (head_.compare_exchange_weak(old, e, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      if (!e->sys) system_->scheduler.count_delivered(1);
       if (old == kIdle) system_->scheduler.schedule(this);
       break;
     }
@@ -199,13 +200,18 @@ void CellBase::abandon() noexcept {
   state_ = static_cast<std::uint16_t>(state_ | kTerminated);
   Envelope* rest = head_.exchange(kClosed, std::memory_order_acq_rel);
   Envelope* watches = nullptr;  // see terminate()
-  if (rest != kIdle && rest != kClosed) drain_dead(rest, &watches);
+  if (rest != kIdle && rest != kClosed) {
+    count_taken_at_close(rest);
+    drain_dead(rest, &watches);
+  }
   if (cache_) {
+    count_taken_at_close(cache_);
     drain_dead(cache_, &watches);
     cache_ = nullptr;
   }
   reset_incarnation();
   if (cache_) {
+    count_taken_at_close(cache_);
     drain_dead(cache_, &watches);
     cache_ = nullptr;
   }
@@ -225,6 +231,14 @@ bool CellBase::is_control(const Envelope* e) const noexcept {
 
 Resume CellBase::resume(std::uint32_t budget) noexcept {
   if (state_ & kTerminated) [[unlikely]] return Resume::idle;  // defensive: never scheduled after close
+  // User messages handled in this activation, counted once at its end.
+  struct Taken {
+    CellBase& cell;
+    std::uint32_t n = 0;
+    ~Taken() {
+      if (n) cell.system_->scheduler.count_taken(n);
+    }
+  } taken{*this};
   for (std::uint32_t n = 0; n < budget; ++n) {
     if (!cache_ && !take_batch()) {
       // Last act before going idle: a suspended actor arms its restart timer
@@ -241,6 +255,7 @@ Resume CellBase::resume(std::uint32_t budget) noexcept {
       defer(e);
       continue;
     }
+    taken.n += (e->sys == nullptr);
     run_one(e);
     if (state_ & kStopRequested) [[unlikely]] {
       terminate(exit_reason());
@@ -427,12 +442,17 @@ void CellBase::terminate(ExitReason reason) noexcept {
   // letters. Dropping them in mailbox order would send the Down in the
   // middle of the count.
   Envelope* watches = nullptr;
-  if (rest != kIdle && rest != kClosed) drain_dead(rest, &watches);
+  if (rest != kIdle && rest != kClosed) {
+    count_taken_at_close(rest);
+    drain_dead(rest, &watches);
+  }
   if (cache_) {
+    count_taken_at_close(cache_);
     drain_dead(cache_, &watches);
     cache_ = nullptr;
   }
   if (x && x->deferred_head) {
+    count_taken_at_close(x->deferred_head);
     drain_dead(x->deferred_head, &watches);
     x->deferred_head = x->deferred_tail = nullptr;
   }
@@ -469,6 +489,12 @@ void CellBase::terminate(ExitReason reason) noexcept {
     parent_ = nullptr;
     p->release();
   }
+}
+
+void CellBase::count_taken_at_close(const Envelope* list) noexcept {
+  std::uint32_t users = 0;
+  for (; list; list = list->next) users += (list->sys == nullptr);
+  if (users) system_->scheduler.count_taken(users);
 }
 
 void CellBase::drain_dead(Envelope* list, Envelope** watches) noexcept {
@@ -532,6 +558,9 @@ void CellBase::unstash_all() noexcept {
   x->stash_tail->next = cache_;
   cache_ = x->stash_head;
   x->stash_head = x->stash_tail = nullptr;
+  // Back in the mailbox: counted as delivered again, since they will be
+  // counted as taken again.
+  system_->scheduler.count_delivered(static_cast<std::uint32_t>(x->stash_size));
   x->stash_size = 0;
 }
 

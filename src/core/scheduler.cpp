@@ -69,6 +69,45 @@ bool Scheduler::on_worker_thread() const noexcept {
   return w && w->owner == this;
 }
 
+void Scheduler::count_delivered(std::uint32_t n) noexcept {
+  auto* w = static_cast<Worker*>(t_worker);
+  if (w && w->owner == this) {
+    w->delivered.store(w->delivered.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  } else {
+    external_delivered_.fetch_add(n, std::memory_order_relaxed);
+  }
+}
+
+void Scheduler::count_taken(std::uint32_t n) noexcept {
+  auto* w = static_cast<Worker*>(t_worker);
+  if (w && w->owner == this) {
+    w->taken.store(w->taken.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  } else {
+    external_taken_.fetch_add(n, std::memory_order_relaxed);  // a mailbox drained at close
+  }
+}
+
+std::uint64_t Scheduler::delivered() const noexcept {
+  std::uint64_t n = external_delivered_.load(std::memory_order_relaxed);
+  for (auto& w : workers_) n += w->delivered.load(std::memory_order_relaxed);
+  return n;
+}
+
+std::uint64_t Scheduler::taken() const noexcept {
+  std::uint64_t n = external_taken_.load(std::memory_order_relaxed);
+  for (auto& w : workers_) n += w->taken.load(std::memory_order_relaxed);
+  return n;
+}
+
+std::uint64_t Scheduler::runnable() const noexcept {
+  std::uint64_t n = g_size_.load(std::memory_order_relaxed);
+  for (auto& w : workers_) {
+    n += w->q_size.load(std::memory_order_relaxed);
+    n += w->next.load(std::memory_order_relaxed) != nullptr;
+  }
+  return n;
+}
+
 void Scheduler::schedule(CellBase* c) noexcept {
   auto* w = static_cast<Worker*>(t_worker);
   if (w && w->owner == this) {

@@ -255,6 +255,12 @@ SystemStats ActorSystem::stats() const {
   s.restarts = impl_->restarts.load();
   s.stale_timer_fires = impl_->stale_timers.load();
   s.timers_pending = impl_->timers.pending();
+  // taken before delivered: a message counted as taken was delivered first,
+  // so the difference never goes below zero by the order of the reads.
+  s.messages_taken = impl_->scheduler.taken();
+  s.messages_delivered = impl_->scheduler.delivered();
+  s.mailbox_depth = s.messages_delivered > s.messages_taken ? s.messages_delivered - s.messages_taken : 0;
+  s.runnable_actors = impl_->scheduler.runnable();
   return s;
 }
 

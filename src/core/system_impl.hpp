@@ -86,6 +86,17 @@ class Scheduler {
   std::size_t size() const noexcept { return workers_.size(); }
   bool on_worker_thread() const noexcept;
 
+  // User messages put into mailboxes and taken out by their actors, for
+  // stats(). A worker counts in its own slot (no read-modify-write: only it
+  // writes there); other threads share one atomic. Sums are exact once the
+  // counting threads are quiet, and within a few in-flight messages always.
+  void count_delivered(std::uint32_t n) noexcept;
+  void count_taken(std::uint32_t n) noexcept;
+  std::uint64_t delivered() const noexcept;
+  std::uint64_t taken() const noexcept;
+  // Actors waiting for a worker right now (run queues and `next` slots).
+  std::uint64_t runnable() const noexcept;
+
  private:
   struct alignas(64) Worker {
     std::size_t index = 0;
@@ -96,6 +107,9 @@ class Scheduler {
     alignas(64) std::mutex mu;
     CellQueue queue;  // under mu
     std::atomic<std::size_t> q_size{0};
+    // Written by the owner only, read by stats().
+    alignas(64) std::atomic<std::uint64_t> delivered{0};
+    std::atomic<std::uint64_t> taken{0};
     // owner-only
     std::uint32_t lifo_streak = 0;
     std::uint64_t tick = 0;
@@ -121,6 +135,8 @@ class Scheduler {
   alignas(64) std::mutex global_mu_;
   CellQueue global_;  // under global_mu_
   std::atomic<std::size_t> g_size_{0};
+  alignas(64) std::atomic<std::uint64_t> external_delivered_{0};
+  std::atomic<std::uint64_t> external_taken_{0};
 
   alignas(64) std::atomic<int> searching_{0};
   std::atomic<int> sleepers_{0};

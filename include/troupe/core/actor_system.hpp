@@ -53,6 +53,14 @@ struct SystemStats {
   std::uint64_t restarts = 0;
   std::uint64_t stale_timer_fires = 0;  // fires of cancelled/replaced timers, dropped
   std::uint64_t timers_pending = 0;
+  // User messages accepted into mailboxes, and taken out by their actors
+  // (or dropped when the actor stopped), since start.
+  std::uint64_t messages_delivered = 0;
+  std::uint64_t messages_taken = 0;
+  // Messages waiting in mailboxes now (delivered - taken), and actors with
+  // messages waiting for a worker thread.
+  std::uint64_t mailbox_depth = 0;
+  std::uint64_t runnable_actors = 0;
 };
 
 class ActorSystem {

@@ -305,6 +305,8 @@ class CellBase : public Pooled {
   // With `watches`, watch requests are set aside there instead of being
   // answered, so that the caller notifies only after the whole count.
   void drain_dead(Envelope* list, Envelope** watches = nullptr) noexcept;
+  // Counts the user messages of a mailbox closed before they were taken.
+  void count_taken_at_close(const Envelope* list) noexcept;
   void reset_incarnation() noexcept;
   void defer(Envelope* e) noexcept;
   void arm_restart() noexcept;
