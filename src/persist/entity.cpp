@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -28,6 +29,47 @@ EntityStats EntityCounters::snapshot() const noexcept {
   s.commands_dropped = r(commands_dropped);
   s.handler_failures = r(handler_failures);
   return s;
+}
+
+void ProcessingBoard::enter(const std::string& id, std::int64_t since_ms, std::int64_t deadline_ms) {
+  std::lock_guard lk(mu_);
+  entries_[id] = {since_ms, deadline_ms};
+}
+
+void ProcessingBoard::leave(const std::string& id) {
+  std::lock_guard lk(mu_);
+  entries_.erase(id);
+}
+
+std::size_t ProcessingBoard::size() const {
+  std::lock_guard lk(mu_);
+  return entries_.size();
+}
+
+std::vector<ProcessingEntity> ProcessingBoard::longest(std::size_t limit) const {
+  std::vector<ProcessingEntity> out;
+  {
+    std::lock_guard lk(mu_);
+    out.reserve(entries_.size());
+    for (const auto& [id, t] : entries_) out.push_back(ProcessingEntity{id, t.first, t.second});
+  }
+  auto by_age = [](const ProcessingEntity& a, const ProcessingEntity& b) {
+    return a.since_ms != b.since_ms ? a.since_ms < b.since_ms : a.id < b.id;
+  };
+  if (out.size() > limit) {
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(limit), out.end(), by_age);
+    out.resize(limit);
+  } else {
+    std::sort(out.begin(), out.end(), by_age);
+  }
+  return out;
+}
+
+std::optional<ProcessingEntity> ProcessingBoard::find(const std::string& id) const {
+  std::lock_guard lk(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return ProcessingEntity{id, it->second.first, it->second.second};
 }
 
 void EntityCounters::note_processing_timeout(Duration d) noexcept {

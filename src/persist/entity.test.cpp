@@ -261,6 +261,29 @@ TEST_F(Entities, E3_the_timeout_persists_the_timeout_event_leaves_processing_and
   EXPECT_EQ(state_of("p1"), "failed amount=1 notes=1 timeouts=1");
 }
 
+// proves: E1 (what the node shows as "processing longest")
+TEST_F(Entities, TheRegistryListsEntitiesInAProcessingEpisodeWithTheirStartAndDeadlineUntilTheEpisodeEnds) {
+  auto first = settle_payment("p1", 1);
+  advance(2s);
+  auto second = settle_payment("p2", 2);
+  EXPECT_EQ(reg->processing_count(), 2u);
+  auto list = reg->processing(10);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].id, "p1");  // the longest first
+  EXPECT_EQ(list[1].id, "p2");
+  EXPECT_EQ(list[0].deadline_ms - list[0].since_ms, 15000);
+  EXPECT_EQ(list[1].since_ms - list[0].since_ms, 2000);
+  EXPECT_EQ(reg->processing(1).size(), 1u);
+  ASSERT_TRUE(reg->processing_of("p2").has_value());
+  EXPECT_FALSE(reg->processing_of("nobody").has_value());
+  first.reply_to.reply(true);  // p1's episode ends by its answer
+  settle();
+  EXPECT_FALSE(reg->processing_of("p1").has_value());
+  advance(15s);  // p2's by its deadline
+  EXPECT_EQ(state_of("p2"), "failed amount=2 notes=0 timeouts=1");
+  EXPECT_EQ(reg->processing_count(), 0u);
+}
+
 // --- E4 ---------------------------------------------------------------------------
 
 // proves: E4

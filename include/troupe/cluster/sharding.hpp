@@ -45,6 +45,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <optional>
@@ -503,6 +504,38 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     return st;
   }
 
+  // Entities of the shards hosted here in a processing episode, the
+  // longest first; `id` alone when given.
+  std::vector<ProcessingEntity> processing(std::size_t limit) {
+    std::vector<ProcessingEntity> all;
+    for (std::uint32_t s = 0; s < settings.shard_count; ++s) {
+      std::lock_guard lk(shards[s].mu);
+      if (!shards[s].host) continue;
+      auto part = shards[s].host->processing(limit);
+      all.insert(all.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+    }
+    auto by_age = [](const ProcessingEntity& a, const ProcessingEntity& b) {
+      return a.since_ms != b.since_ms ? a.since_ms < b.since_ms : a.id < b.id;
+    };
+    std::sort(all.begin(), all.end(), by_age);
+    if (all.size() > limit) all.resize(limit);
+    return all;
+  }
+  std::optional<ProcessingEntity> processing_of(const std::string& id) {
+    std::uint32_t s = cluster::shard_of(id, settings.shard_count);
+    std::lock_guard lk(shards[s].mu);
+    if (!shards[s].host) return std::nullopt;
+    return shards[s].host->processing_of(id);
+  }
+  std::size_t processing_count() {
+    std::size_t n = 0;
+    for (std::uint32_t s = 0; s < settings.shard_count; ++s) {
+      std::lock_guard lk(shards[s].mu);
+      if (shards[s].host) n += shards[s].host->processing_count();
+    }
+    return n;
+  }
+
   // Stops every shard hosted here (node leaving or region stopping) and
   // waits, up to `bound`, for their entities. Later commands are refused.
   void stop_all() {
@@ -703,6 +736,14 @@ class ShardRegion {
   }
 
   ShardRegionStats stats() const { return core_->stats(); }
+  // Entities of the shards hosted on this node in a processing episode now,
+  // the longest first (up to `limit`); one entity's episode if it is in one
+  // here; how many there are.
+  std::vector<ProcessingEntity> processing(std::size_t limit) const { return core_->processing(limit); }
+  std::optional<ProcessingEntity> processing_of(const std::string& id) const { return core_->processing_of(id); }
+  std::size_t processing_count() const { return core_->processing_count(); }
+  // Shards of this type (the same on every node).
+  std::uint32_t shard_count() const noexcept { return core_->settings.shard_count; }
   const ShardRegionSettings& settings() const { return core_->settings; }
 
  private:

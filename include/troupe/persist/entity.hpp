@@ -108,6 +108,15 @@ struct EntityStats {
   std::uint64_t handler_failures = 0;     // command, event or step handlers that threw
 };
 
+// An entity in a processing episode now (SPEC E1): since when (the stored
+// time of the event that entered it) and when its deadline falls, both wall
+// time in ms since the epoch. Plain value type.
+struct ProcessingEntity {
+  std::string id;
+  std::int64_t since_ms = 0;
+  std::int64_t deadline_ms = 0;
+};
+
 template <class B>
 class EntityRegistry;
 template <class B>
@@ -123,6 +132,24 @@ struct EntityCounters {
   std::atomic<std::int64_t> longest_processing_ns{0};
   EntityStats snapshot() const noexcept;
   void note_processing_timeout(Duration d) noexcept;
+};
+
+// The entities of one registry that are in a processing episode now, for
+// the node's dashboard ("processing longest") and entity pages. Written by
+// the entities at each episode's start and end (one short lock); read by
+// anyone. Thread-safe.
+class ProcessingBoard {
+ public:
+  void enter(const std::string& id, std::int64_t since_ms, std::int64_t deadline_ms);
+  void leave(const std::string& id);
+  std::size_t size() const;
+  // Up to `limit` entries, the longest processing (earliest since) first.
+  std::vector<ProcessingEntity> longest(std::size_t limit) const;
+  std::optional<ProcessingEntity> find(const std::string& id) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::pair<std::int64_t, std::int64_t>> entries_;
 };
 
 // src/persist/entity.cpp
@@ -196,6 +223,7 @@ struct RegistryCore {
   Factory factory;
   std::vector<ActorRef<ShardIn<B>>> shards;
   EntityCounters counters;
+  ProcessingBoard processing;
 
   std::mutex stop_mu;
   std::condition_variable stop_cv;
@@ -390,6 +418,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
 
   void on_stop() {
     core_->counters.active.fetch_sub(1, std::memory_order_relaxed);
+    if (in_processing_) core_->processing.leave(id_);  // stopped mid-episode: it resumes on recovery
     // Every way an incarnation ends comes through here; the shard then
     // frees the id's slot or starts the next incarnation for what waits.
     if (!shard_.terminated()) (void)shard_.tell(Shard{typename Shard::EntityDown{id_, AnyRef(this->self())}});
@@ -670,6 +699,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
     Error err(ErrorCode::handler_failed, "entity '" + pid() + "': " + msg);
     for (auto& s : eff.steps()) s->fail(err);
     this->cancel_timer(kDeadlineKey);
+    if (in_processing_) core_->processing.leave(id_);
     in_processing_ = false;
     due_episode_ = 0;
     seq_ = 0;
@@ -701,9 +731,12 @@ class EntityActor final : public Actor<EntityIn<B>> {
       episode_start_ms_ = ts_ms;
       timeout_ = p->timeout;
       core_->counters.note_processing_timeout(p->timeout);
+      core_->processing.enter(
+          id_, ts_ms, ts_ms + std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
       if (phase_ == Phase::running) arm_deadline();
     } else if (!p && in_processing_) {
       in_processing_ = false;
+      core_->processing.leave(id_);
       if (phase_ == Phase::running) this->cancel_timer(kDeadlineKey);
       unstash_all();
     }
@@ -1263,6 +1296,11 @@ class EntityRegistry {
   void abandon() const { core_->system->remove_shutdown_hook(core_->hook_id); }
 
   EntityStats stats() const { return core_->counters.snapshot(); }
+  // Entities in a processing episode now, the longest first (up to `limit`),
+  // and one entity's episode if it is in one.
+  std::vector<ProcessingEntity> processing(std::size_t limit) const { return core_->processing.longest(limit); }
+  std::optional<ProcessingEntity> processing_of(const std::string& id) const { return core_->processing.find(id); }
+  std::size_t processing_count() const { return core_->processing.size(); }
   const EntitySettings& settings() const { return core_->settings; }
   Journal& journal() const { return *core_->journal; }
 
