@@ -390,7 +390,7 @@ class Checkout final : public troupe::Actor<CheckoutMsg> {
     ask<PaymentStatus>(
         registry_->shard_for(t.id),
         [&](troupe::ReplyTo<PaymentStatus> r) {
-          return Registry::envelope(t.id, payment::Settle{t.order_id, t.amount, std::move(r)});
+          return Registry::envelope(t.id, payment::Settle{t.order_id, t.amount, std::move(r), {}});
         },
         ask_timeout_, [this, i, round = t.round, sent](troupe::Result<PaymentStatus> r) {
           Tracked& p = payments_[i];

@@ -80,6 +80,7 @@ inline const char* to_string(Failure f) {
 struct PaymentState {
   Phase phase = Phase::waiting_for_request;
   Failure failure = Failure::none;
+  std::string customer;             // set by Create (empty for a payment settled at once)
   std::string order_id;
   std::int64_t amount = 0;          // minor units (cents)
   std::int64_t accepted_at_ms = 0;  // wall clock, ms since the epoch
@@ -95,11 +96,22 @@ struct PaymentStatus {
 
 // --- commands ------------------------------------------------------------------
 
-// Settle `amount` for `order_id`; answered with the outcome (Completed or Failed).
+// Registers the payment (customer, order, amount) without settling it yet;
+// answered with the status. Idempotent for the same order and amount.
+struct Create {
+  std::string customer;
+  std::string order_id;
+  std::int64_t amount = 0;
+  troupe::ReplyTo<PaymentStatus> reply_to;
+};
+// Settle `amount` for `order_id`; answered with the outcome (Completed or
+// Failed). On a created payment the order and amount may be left empty:
+// the created ones are settled.
 struct Settle {
   std::string order_id;
   std::int64_t amount = 0;
   troupe::ReplyTo<PaymentStatus> reply_to;
+  std::string customer;  // recorded with the settlement (optional)
 };
 // Cancel the payment, or refund it once completed; answered with the new status.
 struct Cancel {
@@ -116,14 +128,20 @@ struct GatewayAnswered {
 // The payment is finished: free its memory (it recovers on the next command).
 struct Rest {};
 
-using Command = std::variant<Settle, Cancel, GetStatus, GatewayAnswered, Rest>;
+using Command = std::variant<Create, Settle, Cancel, GetStatus, GatewayAnswered, Rest>;
 
 // --- events: each carries what recovery needs to rebuild the state --------------
 
+struct PaymentCreated {
+  std::string customer;
+  std::string order_id;
+  std::int64_t amount = 0;
+};
 struct SettlementAccepted {
   std::string order_id;
   std::int64_t amount = 0;
   std::int64_t accepted_at_ms = 0;
+  std::string customer;  // since version 2
 };
 struct SettlementSucceeded {
   std::string authorization;
@@ -142,7 +160,7 @@ struct PaymentCancelled {
 };
 
 using Event = std::variant<SettlementAccepted, SettlementSucceeded, SettlementDeclined, SettlementFailed,
-                           SettlementTimedOut, PaymentCancelled>;
+                           SettlementTimedOut, PaymentCancelled, PaymentCreated>;
 
 // --- the behaviour -------------------------------------------------------------------
 
@@ -162,7 +180,8 @@ class Payment {
 
   Effect on_command(const State& s, Command& c, Context& ctx) {
     return troupe::match(
-        c, [&](Settle& m) { return on_settle(s, m, ctx); }, [&](Cancel& m) { return on_cancel(s, m, ctx); },
+        c, [&](Create& m) { return on_create(s, m, ctx); }, [&](Settle& m) { return on_settle(s, m, ctx); },
+        [&](Cancel& m) { return on_cancel(s, m, ctx); },
         [&](GetStatus& m) { return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()}); },
         [&](GatewayAnswered& m) { return on_gateway_answer(s, m, ctx); },
         [&](Rest&) { return Effect::passivate(); });
@@ -171,7 +190,13 @@ class Payment {
   void on_event(State& s, const Event& e) const {
     troupe::match(
         e,
+        [&](const PaymentCreated& x) {
+          s.customer = x.customer;
+          s.order_id = x.order_id;
+          s.amount = x.amount;
+        },
         [&](const SettlementAccepted& a) {
+          if (!a.customer.empty()) s.customer = a.customer;
           s.phase = Phase::settling;
           s.order_id = a.order_id;
           s.amount = a.amount;
@@ -207,16 +232,40 @@ class Payment {
   }
 
  private:
+  Effect on_create(const State& s, Create& m, Context& ctx) {
+    auto bad = [&](std::string why) {
+      return Effect::reject(m.reply_to, troupe::Error(troupe::ErrorCode::invalid_argument, std::move(why)));
+    };
+    if (m.order_id.empty() || m.amount <= 0) return bad("a payment needs an order id and a positive amount");
+    if (!s.order_id.empty()) {
+      if (m.order_id != s.order_id || m.amount != s.amount)
+        return bad("payment already used for order '" + s.order_id + "'");
+      return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // idempotent retry
+    }
+    if (s.phase != Phase::waiting_for_request) return bad("payment already settled or cancelled");
+    auto reply = [&ctx](const State& st) { return PaymentStatus{st, ctx.last_seq()}; };
+    return Effect::persist(PaymentCreated{m.customer, m.order_id, m.amount}).then_reply(m.reply_to, reply);
+  }
+
   Effect on_settle(const State& s, Settle& m, Context& ctx) {
+    // A created payment settles what it was created with.
+    if (!s.order_id.empty() && m.order_id.empty() && m.amount == 0) {
+      m.order_id = s.order_id;
+      m.amount = s.amount;
+    }
     switch (s.phase) {
       case Phase::waiting_for_request: {
+        if (!s.order_id.empty() && (m.order_id != s.order_id || m.amount != s.amount))
+          return Effect::reject(m.reply_to, troupe::Error(troupe::ErrorCode::invalid_argument,
+                                                          "payment already used for order '" + s.order_id + "'"));
         if (m.order_id.empty() || m.amount <= 0)
           return Effect::reject(m.reply_to, troupe::Error(troupe::ErrorCode::invalid_argument,
                                                           "a settlement needs an order id and a positive amount"));
         // Answered when the episode ends, not now (see the file comment).
         client_ = std::move(m.reply_to);
         auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.wall_now().time_since_epoch());
-        return Effect::persist(SettlementAccepted{m.order_id, m.amount, now_ms.count()})
+        return Effect::persist(SettlementAccepted{m.order_id, m.amount, now_ms.count(),
+                                                  m.customer.empty() ? s.customer : m.customer})
             .then([this, &ctx](const State& st) { ask_gateway(st, ctx); });
       }
       case Phase::settling:
@@ -297,14 +346,18 @@ inline troupe::EventCodecs<Event> payment_codecs() {
   using troupe::ByteWriter;
   using troupe::Result;
   troupe::EventCodecs<Event> c;
+  // Version 2 adds the customer; version 1 rows still read.
   c.add<SettlementAccepted>(
-      "SettlementAccepted", 1,
-      [](const SettlementAccepted& e, ByteWriter& w) { w.str(e.order_id).i64(e.amount).i64(e.accepted_at_ms); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementAccepted> {
+      "SettlementAccepted", 2,
+      [](const SettlementAccepted& e, ByteWriter& w) {
+        w.str(e.order_id).i64(e.amount).i64(e.accepted_at_ms).str(e.customer);
+      },
+      [](std::uint32_t version, ByteReader& r) -> Result<SettlementAccepted> {
         SettlementAccepted e;
         e.order_id = r.str();
         e.amount = r.i64();
         e.accepted_at_ms = r.i64();
+        if (version >= 2) e.customer = r.str();
         return r.finish(std::move(e));
       });
   c.add<SettlementSucceeded>(
@@ -333,6 +386,16 @@ inline troupe::EventCodecs<Event> payment_codecs() {
       [](std::uint32_t, ByteReader& r) -> Result<SettlementTimedOut> {
         SettlementTimedOut e;
         e.timeout_ms = r.i64();
+        return r.finish(std::move(e));
+      });
+  c.add<PaymentCreated>(
+      "PaymentCreated", 1,
+      [](const PaymentCreated& e, ByteWriter& w) { w.str(e.customer).str(e.order_id).i64(e.amount); },
+      [](std::uint32_t, ByteReader& r) -> Result<PaymentCreated> {
+        PaymentCreated e;
+        e.customer = r.str();
+        e.order_id = r.str();
+        e.amount = r.i64();
         return r.finish(std::move(e));
       });
   c.add<PaymentCancelled>(

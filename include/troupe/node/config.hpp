@@ -1,0 +1,139 @@
+#pragma once
+// A node's configuration, read from a TOML file. Every setting has a
+// default (doc/node.md lists them); a file may be empty.
+//
+//   [node]
+//   id = "node-1"                 # this node's id in the cluster
+//   data_dir = "troupe-data"      # the SQLite journal lives here
+//   threads = 0                   # actor worker threads; 0 = one per core
+//
+//   [admin]                       # the admin HTTP API and the dashboard
+//   host = "127.0.0.1"
+//   port = 8081                   # 0 = any free port
+//
+//   [journal]
+//   backend = "sqlite"            # sqlite | postgres | memory
+//   path = "journal.db"           # sqlite: relative to node.data_dir
+//   postgres = ""                 # postgres: a libpq connection string
+//
+//   [cluster]                     # absent: a single node, no Redis
+//   redis = "127.0.0.1:6379"
+//   listen_host = "127.0.0.1"
+//   listen_port = 7101
+//   heartbeat_ms = 1000
+//   liveness_threshold_ms = 3000
+//   takeover_margin_ms = 500
+//
+//   [entities]
+//   shard_count = 64              # shards per entity type, the same on every node
+//   passivate_after_ms = 120000   # an idle entity leaves memory after this
+//   stop_timeout_ms = 30000       # how long a graceful stop waits for processing entities
+//   stash_capacity = 1000
+//
+// Tables the node does not know belong to the application: parse() refuses
+// them unless their names are passed as `app_tables`, and hands them over in
+// NodeConfig::app for the application to read with ConfigReader. A key the
+// node or ConfigReader does not know, or a value of the wrong type or out of
+// range, is an error naming the setting ("journal.backend: ...").
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "troupe/core/result.hpp"
+
+namespace troupe::node {
+
+// Reads one TOML table's keys with types and ranges; remembers what was
+// read so finish() can name the keys nobody asked for. Errors (a Result)
+// name the setting as "<table>.<key>". Used by the node for its own tables
+// and by applications for theirs. Not thread-safe; borrows the table.
+class ConfigReader {
+ public:
+  ConfigReader(const toml::table* table, std::string name);
+
+  Result<std::string> string(std::string_view key, std::string fallback);
+  Result<std::int64_t> integer(std::string_view key, std::int64_t fallback, std::int64_t min, std::int64_t max);
+  Result<double> number(std::string_view key, double fallback, double min, double max);
+  Result<bool> boolean(std::string_view key, bool fallback);
+  Result<std::chrono::milliseconds> millis(std::string_view key, std::chrono::milliseconds fallback,
+                                           std::chrono::milliseconds min, std::chrono::milliseconds max);
+  // One of `choices`.
+  Result<std::string> choice(std::string_view key, std::string fallback, const std::vector<std::string>& choices);
+  bool has(std::string_view key) const;
+  // invalid_argument naming the first key of the table that was not read.
+  Result<void> finish() const;
+
+ private:
+  const toml::table* table_;
+  std::string name_;
+  std::set<std::string, std::less<>> read_;
+};
+
+struct AdminConfig {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8081;
+};
+
+struct JournalConfig {
+  std::string backend = "sqlite";  // sqlite | postgres | memory
+  std::string path = "journal.db";
+  std::string postgres;  // libpq connection string
+};
+
+struct ClusterConfig {
+  bool enabled = false;  // a [cluster] table is present
+  std::string redis_host = "127.0.0.1";
+  std::uint16_t redis_port = 6379;
+  std::string key_prefix = "troupe";
+  std::string listen_host = "127.0.0.1";
+  std::uint16_t listen_port = 7101;
+  std::string advertise_host;  // empty: listen_host
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds liveness_threshold{3000};
+  std::chrono::milliseconds takeover_margin{500};
+};
+
+struct EntitiesConfig {
+  std::uint32_t shard_count = 64;
+  std::chrono::milliseconds passivate_after{120'000};
+  std::chrono::milliseconds stop_timeout{30'000};
+  std::size_t stash_capacity = 1000;
+};
+
+// The whole configuration. Value type (copies share the application's tables).
+struct NodeConfig {
+  std::string id = "node-1";
+  std::filesystem::path data_dir = "troupe-data";
+  std::size_t threads = 0;
+  AdminConfig admin;
+  JournalConfig journal;
+  ClusterConfig cluster;
+  EntitiesConfig entities;
+  // The application's tables, by name (each a toml::table).
+  std::map<std::string, std::shared_ptr<const toml::table>> app;
+
+  // Parses TOML text; `origin` names it in errors (a file name). Errors:
+  // invalid_argument with "<origin>: <setting>: <what is wrong>", or the
+  // TOML syntax error with its line and column.
+  static Result<NodeConfig> parse(std::string_view text, std::string origin,
+                                  const std::vector<std::string>& app_tables = {});
+  // Reads and parses a file (invalid_argument if it cannot be read).
+  static Result<NodeConfig> load(const std::filesystem::path& file, const std::vector<std::string>& app_tables = {});
+
+  // The application table `name` (empty if the file had none), for a ConfigReader.
+  const toml::table* app_table(const std::string& name) const;
+  // The SQLite journal's file: journal.path under data_dir unless absolute.
+  std::filesystem::path sqlite_path() const;
+};
+
+}  // namespace troupe::node

@@ -1,0 +1,224 @@
+#pragma once
+// troupe::node::Node: what a person runs. One object that reads a
+// NodeConfig and brings up, in order, the actor system, the journal
+// (SQLite, PostgreSQL or memory), the cluster when [cluster] is configured
+// (remoting, Redis membership and placement, the shard directory), and the
+// admin HTTP server: the JSON API, Prometheus /metrics and the dashboard
+// (doc/node.md, doc/admin-api.md, doc/dashboard.md).
+//
+//   auto cfg = troupe::node::NodeConfig::load("payment.toml", {"payment"});
+//   auto node = troupe::node::Node::start(std::move(*cfg));     // exits with a message on error
+//   auto payments = (*node)->serve_entities<Payment>({.type = "payment", .events = codecs(), ...});
+//   (*node)->mark_ready();
+//   (*node)->wait_for_stop_signal();   // SIGINT / SIGTERM: graceful drain, then return
+//
+// Entity types are served the same way on one node and in a cluster:
+// serve_entities starts an EntityRegistry on a single node and a
+// ShardRegion in a cluster, behind one Entities<B> handle.
+//
+// Ownership: start() returns the only owner. The node owns the actor
+// system, the journal, the cluster and the admin server, and stops them in
+// the reverse order (drain first) when destroyed. Entities handles, locks,
+// process managers and job services the application registers must not
+// outlive it.
+// Thread safety: every member is thread-safe unless its comment says
+// otherwise.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "troupe/cluster/cluster.hpp"
+#include "troupe/cluster/sharding.hpp"
+#include "troupe/core.hpp"
+#include "troupe/node/config.hpp"
+#include "troupe/node/http.hpp"
+#include "troupe/node/metrics.hpp"
+#include "troupe/patterns.hpp"
+#include "troupe/persist.hpp"
+#include "troupe/persist/postgres_journal.hpp"
+
+namespace troupe::node {
+
+// Answers with one entity's state as JSON, or an error (not_found for an
+// entity that has no events). Called on an admin server thread; may answer
+// later from any thread.
+using Describe = std::function<void(const std::string& id, std::function<void(Result<nlohmann::json>)> done)>;
+
+// What the node reports about one entity type. Copies share the functions.
+struct EntityTypeView {
+  std::string type;
+  std::uint32_t shard_count = 0;
+  std::function<EntityStats()> stats;
+  std::function<std::uint64_t()> shards_hosted;
+  std::function<std::vector<ProcessingEntity>(std::size_t)> processing;
+  std::function<std::optional<ProcessingEntity>(const std::string&)> processing_of;
+  std::function<std::size_t()> processing_count;
+  Describe describe;  // may be empty
+};
+
+// How to serve one entity type: its name, codecs and factory; the entity
+// settings come from the node's [entities] table.
+template <class B>
+struct EntityTypeOptions {
+  using Command = troupe::detail::CommandOf<B>;
+  using Event = troupe::detail::EventOf<B>;
+  std::string type;
+  EventCodecs<Event> events;
+  // Commands on the wire: needed in a cluster, ignored on a single node.
+  cluster::MessageCodecs<Command> commands;
+  std::function<B(const std::string&)> factory;
+  // Processing timeout the stop waits for; zero: the node's stop_timeout.
+  Duration stop_timeout = Duration::zero();
+};
+
+// One entity type served by the node: a local registry or a shard region.
+// A handle; copies share the type. Thread-safe.
+template <class B>
+class Entities {
+ public:
+  using Command = troupe::detail::CommandOf<B>;
+
+  // Asks entity `id` (wherever it lives): `make(ReplyTo<R>)` builds the command.
+  template <class R, class Make>
+  Future<R> ask(std::string_view id, Make&& make, Duration timeout) const {
+    return std::visit([&](const auto& impl) { return impl.template ask<R>(id, std::forward<Make>(make), timeout); },
+                      impl_);
+  }
+  Result<void> tell(std::string_view id, Command cmd) const {
+    return std::visit([&](const auto& impl) { return impl.tell(id, std::move(cmd)); }, impl_);
+  }
+  EntityStats stats() const {
+    return std::visit(
+        [](const auto& impl) {
+          if constexpr (requires { impl.stats().entities; }) {
+            return impl.stats().entities;
+          } else {
+            return impl.stats();
+          }
+        },
+        impl_);
+  }
+
+  explicit Entities(EntityRegistry<B> r) : impl_(std::move(r)) {}
+  explicit Entities(cluster::ShardRegion<B> r) : impl_(std::move(r)) {}
+
+ private:
+  std::variant<EntityRegistry<B>, cluster::ShardRegion<B>> impl_;
+};
+
+class Node {
+ public:
+  // Brings the node up. Errors name what failed: the setting for bad
+  // values, journal_failed with the database's message (PostgreSQL
+  // unreachable: "journal.postgres: ..."), coordination_failed naming
+  // cluster.redis, the admin port in use. Nothing is left running on error.
+  static Result<std::unique_ptr<Node>> start(NodeConfig config);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Serves entity type B on this node (registry) or across the cluster
+  // (shard region). invalid_argument for a type already served or bad codecs.
+  template <class B>
+  Result<Entities<B>> serve_entities(EntityTypeOptions<B> options, Describe describe = {}) {
+    EntitySettings es;
+    es.type_name = options.type;
+    es.idle_timeout = config_.entities.passivate_after;
+    es.stash_capacity = config_.entities.stash_capacity;
+    es.stop_timeout = options.stop_timeout > Duration::zero() ? options.stop_timeout
+                                                              : Duration(config_.entities.stop_timeout);
+    EntityTypeView view;
+    view.type = options.type;
+    view.describe = std::move(describe);
+    if (cluster_) {
+      cluster::ShardRegionSettings rs;
+      rs.entity = es;
+      rs.shard_count = config_.entities.shard_count;
+      auto r = cluster::ShardRegion<B>::start(*system_, journal_, cluster_->remoting(), cluster_->directory(), rs,
+                                              std::move(options.events), std::move(options.commands),
+                                              std::move(options.factory));
+      if (!r.ok()) return std::move(r).error();
+      auto region = *r;
+      view.shard_count = region.shard_count();
+      view.stats = [region] { return region.stats().entities; };
+      view.shards_hosted = [region] { return region.stats().shards_hosted; };
+      view.processing = [region](std::size_t n) { return region.processing(n); };
+      view.processing_of = [region](const std::string& id) { return region.processing_of(id); };
+      view.processing_count = [region] { return region.processing_count(); };
+      stoppers_.push_back([region] { (void)region.stop(); });
+      add_entity_type(std::move(view));
+      return Entities<B>(std::move(region));
+    }
+    auto r = EntityRegistry<B>::start(*system_, journal_, es, std::move(options.events), std::move(options.factory));
+    if (!r.ok()) return std::move(r).error();
+    auto reg = *r;
+    view.shard_count = 1;
+    view.stats = [reg] { return reg.stats(); };
+    view.shards_hosted = [] { return std::uint64_t{1}; };
+    view.processing = [reg](std::size_t n) { return reg.processing(n); };
+    view.processing_of = [reg](const std::string& id) { return reg.processing_of(id); };
+    view.processing_count = [reg] { return reg.processing_count(); };
+    stoppers_.push_back([reg] { (void)reg.stop(); });
+    add_entity_type(std::move(view));
+    return Entities<B>(std::move(reg));
+  }
+
+  // Reported in /metrics, /api/overview and the dashboard.
+  void watch_lock(std::string name, KeyedLock lock);
+  void watch_process_manager(std::string name, std::function<ProcessStats()> stats);
+  void watch_jobs(std::string name, JobService jobs);
+  // A rate the dashboard charts (per second over each second): `total`
+  // returns a running count. "messages" and "events" are built in.
+  void add_rate(std::string name, std::function<std::uint64_t()> total);
+  // The latency the dashboard charts (p50 and p99 over each second).
+  void set_latency(std::string name, std::shared_ptr<Histogram> histogram);
+  // A count shown as a tile on the dashboard.
+  void add_counter(std::string name, std::function<std::uint64_t()> value);
+
+  // The application is serving: /ready answers 200 from now on (until a drain).
+  void mark_ready();
+  // Graceful leave: /ready turns 503, shards are handed to the other nodes
+  // (cluster) and entity types stop, processing entities finishing their
+  // episode (E6). Idempotent; later calls return the first outcome.
+  Result<void> drain();
+  // Blocks until SIGINT or SIGTERM (or a POST /drain finished), then drains.
+  // Call from the main thread; installs the signal handling.
+  void wait_for_stop_signal();
+  // Asks wait_for_stop_signal() to return (as a signal would).
+  void request_stop();
+
+  ActorSystem& system() noexcept { return *system_; }
+  const std::shared_ptr<Journal>& journal() const noexcept { return journal_; }
+  cluster::Cluster* cluster() noexcept { return cluster_.get(); }
+  const NodeConfig& config() const noexcept { return config_; }
+  Metrics& metrics() noexcept { return *metrics_; }
+  std::uint16_t admin_port() const noexcept;
+  bool ready() const noexcept;
+  bool draining() const noexcept;
+
+  // JSON documents the admin API serves (exposed for tests and tools).
+  nlohmann::json overview() const;
+  nlohmann::json cluster_view() const;
+
+  struct Impl;
+
+ private:
+  explicit Node(NodeConfig config);
+  void add_entity_type(EntityTypeView view);
+
+  NodeConfig config_;
+  std::unique_ptr<ActorSystem> system_;
+  std::shared_ptr<Journal> journal_;
+  std::unique_ptr<cluster::Cluster> cluster_;
+  std::shared_ptr<Metrics> metrics_;
+  std::vector<std::function<void()>> stoppers_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace troupe::node

@@ -1,0 +1,266 @@
+// Node configuration from TOML: see include/troupe/node/config.hpp.
+
+#include "troupe/node/config.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+namespace troupe::node {
+
+namespace {
+
+Error bad(std::string what) { return Error(ErrorCode::invalid_argument, std::move(what)); }
+
+const char* type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    default: return "a date or time";
+  }
+}
+
+// "host:port" with a port from 1 to 65535.
+Result<std::pair<std::string, std::uint16_t>> host_port(std::string_view text, const std::string& setting) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0)
+    return bad(setting + ": expected \"host:port\", got \"" + std::string(text) + "\"");
+  unsigned port = 0;
+  auto digits = text.substr(colon + 1);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (ec != std::errc() || end != digits.data() + digits.size() || port == 0 || port > 65535)
+    return bad(setting + ": the port in \"" + std::string(text) + "\" is not a number from 1 to 65535");
+  return std::pair<std::string, std::uint16_t>{std::string(text.substr(0, colon)), static_cast<std::uint16_t>(port)};
+}
+
+}  // namespace
+
+// --- ConfigReader ----------------------------------------------------------------
+
+ConfigReader::ConfigReader(const toml::table* table, std::string name) : table_(table), name_(std::move(name)) {}
+
+bool ConfigReader::has(std::string_view key) const { return table_ && table_->contains(key); }
+
+Result<std::string> ConfigReader::string(std::string_view key, std::string fallback) {
+  read_.emplace(key);
+  const toml::node* n = table_ ? table_->get(key) : nullptr;
+  if (!n) return fallback;
+  if (auto v = n->value<std::string>(); v && n->is_string()) return *v;
+  return bad(name_ + "." + std::string(key) + ": expected a string, got " + type_name(*n));
+}
+
+Result<std::int64_t> ConfigReader::integer(std::string_view key, std::int64_t fallback, std::int64_t min,
+                                           std::int64_t max) {
+  read_.emplace(key);
+  const toml::node* n = table_ ? table_->get(key) : nullptr;
+  if (!n) return fallback;
+  if (!n->is_integer())
+    return bad(name_ + "." + std::string(key) + ": expected an integer, got " + type_name(*n));
+  std::int64_t v = n->as_integer()->get();
+  if (v < min || v > max)
+    return bad(name_ + "." + std::string(key) + ": " + std::to_string(v) + " is out of range (" + std::to_string(min) +
+               " to " + std::to_string(max) + ")");
+  return v;
+}
+
+Result<double> ConfigReader::number(std::string_view key, double fallback, double min, double max) {
+  read_.emplace(key);
+  const toml::node* n = table_ ? table_->get(key) : nullptr;
+  if (!n) return fallback;
+  double v = 0;
+  if (n->is_floating_point()) {
+    v = n->as_floating_point()->get();
+  } else if (n->is_integer()) {
+    v = static_cast<double>(n->as_integer()->get());
+  } else {
+    return bad(name_ + "." + std::string(key) + ": expected a number, got " + type_name(*n));
+  }
+  if (!(v >= min && v <= max)) {
+    std::ostringstream o;
+    o << name_ << "." << key << ": " << v << " is out of range (" << min << " to " << max << ")";
+    return bad(o.str());
+  }
+  return v;
+}
+
+Result<bool> ConfigReader::boolean(std::string_view key, bool fallback) {
+  read_.emplace(key);
+  const toml::node* n = table_ ? table_->get(key) : nullptr;
+  if (!n) return fallback;
+  if (!n->is_boolean()) return bad(name_ + "." + std::string(key) + ": expected true or false, got " + type_name(*n));
+  return n->as_boolean()->get();
+}
+
+Result<std::chrono::milliseconds> ConfigReader::millis(std::string_view key, std::chrono::milliseconds fallback,
+                                                       std::chrono::milliseconds min, std::chrono::milliseconds max) {
+  auto v = integer(key, fallback.count(), min.count(), max.count());
+  if (!v.ok()) return std::move(v).error();
+  return std::chrono::milliseconds(*v);
+}
+
+Result<std::string> ConfigReader::choice(std::string_view key, std::string fallback,
+                                         const std::vector<std::string>& choices) {
+  auto v = string(key, std::move(fallback));
+  if (!v.ok()) return v;
+  for (const auto& c : choices)
+    if (*v == c) return v;
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+  return bad(name_ + "." + std::string(key) + ": expected one of " + list + ", got \"" + *v + "\"");
+}
+
+Result<void> ConfigReader::finish() const {
+  if (!table_) return {};
+  for (const auto& [k, v] : *table_) {
+    if (!read_.contains(k.str())) return bad(name_ + "." + std::string(k.str()) + ": unknown setting");
+  }
+  return {};
+}
+
+// --- NodeConfig ------------------------------------------------------------------
+
+Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
+                                     const std::vector<std::string>& app_tables) {
+  toml::table root;
+  try {
+    root = toml::parse(text, origin);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return bad(origin + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) + ": " +
+               std::string(e.description()));
+  }
+  NodeConfig c;
+  auto fail = [&](Error e) { return Error(e.code(), origin + ": " + e.message()); };
+  auto table_of = [&](std::string_view name) -> Result<const toml::table*> {
+    const toml::node* n = root.get(name);
+    if (!n) return static_cast<const toml::table*>(nullptr);
+    if (!n->is_table()) return bad(std::string(name) + ": expected a table ([" + std::string(name) + "]), got " + type_name(*n));
+    return n->as_table();
+  };
+#define TROUPE_TRY(var, expr)              \
+  auto var##_r = (expr);                   \
+  if (!var##_r.ok()) return fail(std::move(var##_r).error()); \
+  auto var = std::move(*var##_r)
+
+  for (const auto& [k, v] : root) {
+    std::string key(k.str());
+    bool known = key == "node" || key == "admin" || key == "journal" || key == "cluster" || key == "entities";
+    bool app = false;
+    for (const auto& a : app_tables) app = app || key == a;
+    if (!known && !app) return fail(bad(key + ": unknown setting"));
+    if (app) {
+      if (!v.is_table()) return fail(bad(key + ": expected a table ([" + key + "]), got " + type_name(v)));
+      c.app[key] = std::make_shared<const toml::table>(*v.as_table());
+    }
+  }
+
+  {
+    TROUPE_TRY(t, table_of("node"));
+    ConfigReader r(t, "node");
+    TROUPE_TRY(id, r.string("id", c.id));
+    if (id.empty() || id.size() > 64 || id.find_first_of(" \t\n|/") != std::string::npos)
+      return fail(bad("node.id: \"" + id + "\" must be 1 to 64 characters without spaces, '|' or '/'"));
+    c.id = id;
+    TROUPE_TRY(dir, r.string("data_dir", c.data_dir.string()));
+    if (dir.empty()) return fail(bad("node.data_dir: empty"));
+    c.data_dir = dir;
+    TROUPE_TRY(threads, r.integer("threads", 0, 0, 256));
+    c.threads = static_cast<std::size_t>(threads);
+    if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+  }
+  {
+    TROUPE_TRY(t, table_of("admin"));
+    ConfigReader r(t, "admin");
+    TROUPE_TRY(host, r.string("host", c.admin.host));
+    if (host.empty()) return fail(bad("admin.host: empty"));
+    c.admin.host = host;
+    TROUPE_TRY(port, r.integer("port", c.admin.port, 0, 65535));
+    c.admin.port = static_cast<std::uint16_t>(port);
+    if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+  }
+  {
+    TROUPE_TRY(t, table_of("journal"));
+    ConfigReader r(t, "journal");
+    TROUPE_TRY(backend, r.choice("backend", c.journal.backend, {"sqlite", "postgres", "memory"}));
+    c.journal.backend = backend;
+    TROUPE_TRY(path, r.string("path", c.journal.path));
+    if (path.empty()) return fail(bad("journal.path: empty"));
+    c.journal.path = path;
+    TROUPE_TRY(pg, r.string("postgres", c.journal.postgres));
+    c.journal.postgres = pg;
+    if (backend == "postgres" && pg.empty())
+      return fail(bad("journal.postgres: the postgres back end needs a connection string"));
+    if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+  }
+  {
+    TROUPE_TRY(t, table_of("cluster"));
+    c.cluster.enabled = t != nullptr;
+    ConfigReader r(t, "cluster");
+    TROUPE_TRY(redis, r.string("redis", "127.0.0.1:6379"));
+    TROUPE_TRY(hp, host_port(redis, "cluster.redis"));
+    c.cluster.redis_host = hp.first;
+    c.cluster.redis_port = hp.second;
+    TROUPE_TRY(prefix, r.string("key_prefix", c.cluster.key_prefix));
+    if (prefix.empty()) return fail(bad("cluster.key_prefix: empty"));
+    c.cluster.key_prefix = prefix;
+    TROUPE_TRY(lh, r.string("listen_host", c.cluster.listen_host));
+    c.cluster.listen_host = lh;
+    TROUPE_TRY(lp, r.integer("listen_port", c.cluster.listen_port, 0, 65535));
+    c.cluster.listen_port = static_cast<std::uint16_t>(lp);
+    TROUPE_TRY(adv, r.string("advertise_host", c.cluster.advertise_host));
+    c.cluster.advertise_host = adv;
+    using std::chrono::milliseconds;
+    TROUPE_TRY(hb, r.millis("heartbeat_ms", c.cluster.heartbeat, milliseconds(10), milliseconds(60'000)));
+    c.cluster.heartbeat = hb;
+    TROUPE_TRY(lt, r.millis("liveness_threshold_ms", c.cluster.liveness_threshold, milliseconds(30),
+                            milliseconds(600'000)));
+    c.cluster.liveness_threshold = lt;
+    TROUPE_TRY(tm, r.millis("takeover_margin_ms", c.cluster.takeover_margin, milliseconds(0), milliseconds(600'000)));
+    c.cluster.takeover_margin = tm;
+    if (lt <= hb)
+      return fail(bad("cluster.liveness_threshold_ms: must be longer than cluster.heartbeat_ms (" +
+                      std::to_string(lt.count()) + " <= " + std::to_string(hb.count()) + ")"));
+    if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+  }
+  {
+    TROUPE_TRY(t, table_of("entities"));
+    ConfigReader r(t, "entities");
+    using std::chrono::milliseconds;
+    TROUPE_TRY(shards, r.integer("shard_count", c.entities.shard_count, 1, 65536));
+    c.entities.shard_count = static_cast<std::uint32_t>(shards);
+    TROUPE_TRY(pa, r.millis("passivate_after_ms", c.entities.passivate_after, milliseconds(0),
+                            milliseconds(7LL * 24 * 3600 * 1000)));
+    c.entities.passivate_after = pa;
+    TROUPE_TRY(st, r.millis("stop_timeout_ms", c.entities.stop_timeout, milliseconds(0), milliseconds(3'600'000)));
+    c.entities.stop_timeout = st;
+    TROUPE_TRY(stash, r.integer("stash_capacity", static_cast<std::int64_t>(c.entities.stash_capacity), 1, 10'000'000));
+    c.entities.stash_capacity = static_cast<std::size_t>(stash);
+    if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+  }
+#undef TROUPE_TRY
+  return c;
+}
+
+Result<NodeConfig> NodeConfig::load(const std::filesystem::path& file, const std::vector<std::string>& app_tables) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return bad("config file '" + file.string() + "' cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), file.string(), app_tables);
+}
+
+const toml::table* NodeConfig::app_table(const std::string& name) const {
+  auto it = app.find(name);
+  return it == app.end() ? nullptr : it->second.get();
+}
+
+std::filesystem::path NodeConfig::sqlite_path() const {
+  std::filesystem::path p(journal.path);
+  return p.is_absolute() ? p : data_dir / p;
+}
+
+}  // namespace troupe::node

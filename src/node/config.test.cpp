@@ -1,0 +1,137 @@
+// The node's TOML configuration: defaults, every table, and the bad configs
+// a person writes (unknown keys, wrong types, out-of-range values), each
+// refused with a message that names the setting.
+// proves: X1 (bad input gets a clear error)
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "troupe/node/config.hpp"
+
+namespace {
+
+using troupe::node::ConfigReader;
+using troupe::node::NodeConfig;
+
+std::string error_of(std::string_view text, const std::vector<std::string>& app = {}) {
+  auto c = NodeConfig::parse(text, "node.toml", app);
+  if (c.ok()) return "(accepted)";
+  EXPECT_EQ(c.error().code(), troupe::ErrorCode::invalid_argument);
+  return c.error().message();
+}
+
+TEST(NodeConfig, AnEmptyFileGivesTheDocumentedDefaults) {
+  auto c = NodeConfig::parse("", "node.toml");
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c->id, "node-1");
+  EXPECT_EQ(c->admin.port, 8081);
+  EXPECT_EQ(c->journal.backend, "sqlite");
+  EXPECT_EQ(c->sqlite_path(), std::filesystem::path("troupe-data") / "journal.db");
+  EXPECT_FALSE(c->cluster.enabled);
+  EXPECT_EQ(c->entities.shard_count, 64u);
+  EXPECT_EQ(c->entities.passivate_after, std::chrono::minutes(2));
+}
+
+TEST(NodeConfig, EveryTableIsRead) {
+  auto c = NodeConfig::parse(R"(
+[node]
+id = "n2"
+data_dir = "/tmp/x"
+threads = 2
+[admin]
+host = "0.0.0.0"
+port = 9000
+[journal]
+backend = "postgres"
+postgres = "host=127.0.0.1 port=5433 dbname=troupe"
+[cluster]
+redis = "10.0.0.5:6380"
+listen_port = 7200
+heartbeat_ms = 500
+liveness_threshold_ms = 2000
+takeover_margin_ms = 250
+[entities]
+shard_count = 128
+passivate_after_ms = 5000
+stop_timeout_ms = 10000
+stash_capacity = 50
+)",
+                             "node.toml");
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c->id, "n2");
+  EXPECT_EQ(c->threads, 2u);
+  EXPECT_EQ(c->admin.host, "0.0.0.0");
+  EXPECT_EQ(c->admin.port, 9000);
+  EXPECT_EQ(c->journal.backend, "postgres");
+  EXPECT_TRUE(c->cluster.enabled);
+  EXPECT_EQ(c->cluster.redis_host, "10.0.0.5");
+  EXPECT_EQ(c->cluster.redis_port, 6380);
+  EXPECT_EQ(c->cluster.listen_port, 7200);
+  EXPECT_EQ(c->cluster.heartbeat, std::chrono::milliseconds(500));
+  EXPECT_EQ(c->entities.shard_count, 128u);
+  EXPECT_EQ(c->entities.stash_capacity, 50u);
+}
+
+TEST(NodeConfig, AnUnknownKeyIsRefusedByItsFullName) {
+  EXPECT_EQ(error_of("[cluster]\nredis_prt = 1\n"), "node.toml: cluster.redis_prt: unknown setting");
+  EXPECT_EQ(error_of("[admin]\nport = 1\nhots = \"x\"\n"), "node.toml: admin.hots: unknown setting");
+  EXPECT_EQ(error_of("[databse]\nx = 1\n"), "node.toml: databse: unknown setting");
+  EXPECT_EQ(error_of("verbose = true\n"), "node.toml: verbose: unknown setting");
+}
+
+TEST(NodeConfig, AWrongTypeNamesTheSettingAndBothTypes) {
+  EXPECT_EQ(error_of("[admin]\nport = \"8081\"\n"), "node.toml: admin.port: expected an integer, got a string");
+  EXPECT_EQ(error_of("[node]\nid = 7\n"), "node.toml: node.id: expected a string, got an integer");
+  EXPECT_EQ(error_of("admin = 3\n"), "node.toml: admin: expected a table ([admin]), got an integer");
+}
+
+TEST(NodeConfig, OutOfRangeAndUnusableValuesAreRefused) {
+  EXPECT_EQ(error_of("[admin]\nport = 70000\n"), "node.toml: admin.port: 70000 is out of range (0 to 65535)");
+  EXPECT_EQ(error_of("[journal]\nbackend = \"mysql\"\n"),
+            "node.toml: journal.backend: expected one of sqlite, postgres, memory, got \"mysql\"");
+  EXPECT_EQ(error_of("[journal]\nbackend = \"postgres\"\n"),
+            "node.toml: journal.postgres: the postgres back end needs a connection string");
+  EXPECT_EQ(error_of("[cluster]\nredis = \"localhost\"\n"),
+            "node.toml: cluster.redis: expected \"host:port\", got \"localhost\"");
+  EXPECT_EQ(error_of("[cluster]\nredis = \"h:0\"\n"),
+            "node.toml: cluster.redis: the port in \"h:0\" is not a number from 1 to 65535");
+  EXPECT_EQ(error_of("[cluster]\nheartbeat_ms = 3000\n"),
+            "node.toml: cluster.liveness_threshold_ms: must be longer than cluster.heartbeat_ms (3000 <= 3000)");
+  EXPECT_EQ(error_of("[entities]\nshard_count = 0\n"),
+            "node.toml: entities.shard_count: 0 is out of range (1 to 65536)");
+  EXPECT_EQ(error_of("[node]\nid = \"a b\"\n"),
+            "node.toml: node.id: \"a b\" must be 1 to 64 characters without spaces, '|' or '/'");
+}
+
+TEST(NodeConfig, ATomlSyntaxErrorGivesItsLineAndColumn) {
+  auto msg = error_of("[node]\nid = \"unterminated\n");
+  EXPECT_EQ(msg.rfind("node.toml:2:", 0), 0u) << msg;
+}
+
+TEST(NodeConfig, ApplicationTablesAreHandedOverAndReadWithTheSameChecks) {
+  auto c = NodeConfig::parse("[payment]\nport = 8080\ngateway = \"127.0.0.1:8090\"\nrate = 0.5\ntypo = 1\n",
+                             "svc.toml", {"payment"});
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  ConfigReader r(c->app_table("payment"), "payment");
+  EXPECT_EQ(*r.integer("port", 1, 0, 65535), 8080);
+  EXPECT_EQ(*r.string("gateway", ""), "127.0.0.1:8090");
+  EXPECT_DOUBLE_EQ(*r.number("rate", 0, 0, 1), 0.5);
+  EXPECT_EQ(*r.integer("missing", 42, 0, 100), 42);
+  auto bad = r.number("port", 0, 0, 1);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message(), "payment.port: 8080 is out of range (0 to 1)");
+  auto rest = r.finish();
+  ASSERT_FALSE(rest.ok());
+  EXPECT_EQ(rest.error().message(), "payment.typo: unknown setting");
+  // Without the application's say-so the table is unknown.
+  EXPECT_EQ(error_of("[payment]\nport = 1\n"), "node.toml: payment: unknown setting");
+}
+
+TEST(NodeConfig, AFileThatCannotBeReadIsNamed) {
+  auto c = NodeConfig::load("/nonexistent/dir/node.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().message(), "config file '/nonexistent/dir/node.toml' cannot be read");
+}
+
+}  // namespace

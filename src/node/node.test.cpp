@@ -1,0 +1,303 @@
+// troupe::node::Node on one machine: brought up from a config, its admin
+// API answered over real HTTP, bad configs refused naming the setting.
+// proves: X1 (malformed admin requests get a 4xx with a reason; bad
+// configs exit with a message that names the setting)
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include "troupe/node/node.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using troupe::node::Node;
+using troupe::node::NodeConfig;
+
+// --- a small entity: a tally that can be held in a processing episode --------------
+
+struct Add {
+  std::int64_t n = 0;
+  troupe::ReplyTo<std::int64_t> reply_to;
+};
+struct Hold {
+  troupe::ReplyTo<std::int64_t> reply_to;
+};
+struct Get {
+  troupe::ReplyTo<std::int64_t> reply_to;
+};
+using TallyCommand = std::variant<Add, Hold, Get>;
+struct Added {
+  std::int64_t n = 0;
+};
+struct Held {};
+struct HoldTimedOut {};
+using TallyEvent = std::variant<Added, Held, HoldTimedOut>;
+struct TallyState {
+  std::int64_t total = 0;
+  bool held = false;
+};
+
+struct Tally {
+  using Command = TallyCommand;
+  using Event = TallyEvent;
+  using State = TallyState;
+  using Effect = troupe::Effect<Event, State>;
+
+  Effect on_command(const State& s, Command& c, troupe::EntityContext<Tally>&) {
+    return troupe::match(
+        c,
+        [&](Add& a) {
+          return Effect::persist(Added{a.n}).then_reply(a.reply_to, [](const State& st) { return st.total; });
+        },
+        [&](Hold& h) {
+          return Effect::persist(Held{}).then_reply(h.reply_to, [](const State& st) { return st.total; });
+        },
+        [&](Get& g) { return Effect::reply(g.reply_to, s.total); });
+  }
+  void on_event(State& s, const Event& e) const {
+    troupe::match(
+        e, [&](const Added& a) { s.total += a.n; }, [&](const Held&) { s.held = true; },
+        [&](const HoldTimedOut&) { s.held = false; });
+  }
+  std::optional<troupe::Processing<Event>> processing(const State& s) const {
+    if (!s.held) return std::nullopt;
+    return troupe::Processing<Event>{std::chrono::hours(1), HoldTimedOut{}};
+  }
+};
+
+troupe::EventCodecs<TallyEvent> tally_codecs() {
+  troupe::EventCodecs<TallyEvent> c;
+  c.add<Added>(
+      "Added", 1, [](const Added& e, troupe::ByteWriter& w) { w.i64(e.n); },
+      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<Added> {
+        Added e;
+        e.n = r.i64();
+        return r.finish(std::move(e));
+      });
+  c.add<Held>(
+      "Held", 1, [](const Held&, troupe::ByteWriter&) {},
+      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<Held> { return r.finish(Held{}); });
+  c.add<HoldTimedOut>(
+      "HoldTimedOut", 1, [](const HoldTimedOut&, troupe::ByteWriter&) {},
+      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<HoldTimedOut> { return r.finish(HoldTimedOut{}); });
+  return c;
+}
+
+// --- fixture -----------------------------------------------------------------------
+
+class NodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("troupe-node-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override {
+    client_.reset();
+    node_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void start(const std::string& extra = "") {
+    std::string text = "[node]\nid = \"n1\"\ndata_dir = \"" + dir_.string() +
+                       "\"\nthreads = 2\n[admin]\nport = 0\n[journal]\nbackend = \"sqlite\"\n"
+                       // A held tally would keep a graceful stop waiting for its episode (E6).
+                       "[entities]\nstop_timeout_ms = 300\n" + extra;
+    auto cfg = NodeConfig::parse(text, "test.toml");
+    ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+    auto n = Node::start(std::move(*cfg));
+    ASSERT_TRUE(n.ok()) << n.error().to_string();
+    node_ = std::move(*n);
+    troupe::node::EntityTypeOptions<Tally> opts;
+    opts.type = "tally";
+    opts.events = tally_codecs();
+    auto t = node_->serve_entities<Tally>(std::move(opts), [this](const std::string& id, auto done) {
+      auto f = tallies_->ask<std::int64_t>(id, [](troupe::ReplyTo<std::int64_t> r) { return Get{std::move(r)}; }, 5s);
+      std::move(f).then([done = std::move(done)](troupe::Result<std::int64_t> r) {
+        if (!r.ok()) return done(std::move(r).error());
+        done(json{{"total", *r}});
+      });
+    });
+    ASSERT_TRUE(t.ok()) << t.error().to_string();
+    tallies_.emplace(std::move(*t));
+    troupe::http::ClientSettings cs;
+    cs.port = node_->admin_port();
+    auto c = troupe::http::Client::create(cs);
+    ASSERT_TRUE(c.ok());
+    client_ = std::move(*c);
+  }
+
+  troupe::http::Response call(std::string method, std::string target, std::string body = "") {
+    troupe::http::ClientRequest r;
+    r.method = std::move(method);
+    r.target = std::move(target);
+    r.body = std::move(body);
+    auto resp = client_->request_sync(std::move(r));
+    EXPECT_TRUE(resp.ok()) << resp.error().to_string();
+    return resp.ok() ? *resp : troupe::http::Response{};
+  }
+  json call_json(std::string method, std::string target, int expect_status) {
+    auto r = call(std::move(method), std::move(target));
+    EXPECT_EQ(r.status, expect_status) << r.body;
+    return json::parse(r.body, nullptr, false);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Node> node_;
+  std::optional<troupe::node::Entities<Tally>> tallies_;
+  std::unique_ptr<troupe::http::Client> client_;
+};
+
+TEST_F(NodeTest, HealthAnswersAtOnceAndReadyOnlyOnceTheApplicationSaysSo) {
+  start();
+  EXPECT_EQ(call_json("GET", "/health", 200)["node"], "n1");
+  auto not_yet = call_json("GET", "/ready", 503);
+  EXPECT_EQ(not_yet["ready"], false);
+  EXPECT_EQ(not_yet["checks"]["started"], "starting");
+  node_->mark_ready();
+  EXPECT_EQ(call_json("GET", "/ready", 200)["ready"], true);
+}
+
+TEST_F(NodeTest, TheOverviewAndMetricsShowEntitiesTheJournalAndProcessingEntities) {
+  start();
+  node_->mark_ready();
+  for (int i = 0; i < 10; ++i) {
+    auto r = tallies_->ask<std::int64_t>("t" + std::to_string(i),
+                                          [](troupe::ReplyTo<std::int64_t> rt) { return Add{5, std::move(rt)}; }, 5s)
+                 .get();
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+  auto held = tallies_->ask<std::int64_t>("t3", [](troupe::ReplyTo<std::int64_t> rt) { return Hold{std::move(rt)}; }, 5s)
+                  .get();
+  ASSERT_TRUE(held.ok());
+
+  auto o = call_json("GET", "/api/overview", 200);
+  EXPECT_EQ(o["node"], "n1");
+  EXPECT_EQ(o["mode"], "single");
+  ASSERT_EQ(o["members"].size(), 1u);
+  EXPECT_EQ(o["members"][0]["self"], true);
+  ASSERT_EQ(o["entity_types"].size(), 1u);
+  EXPECT_EQ(o["entity_types"][0]["type"], "tally");
+  EXPECT_EQ(o["entity_types"][0]["active"], 10);
+  EXPECT_EQ(o["entity_types"][0]["events_persisted"], 11);
+  ASSERT_EQ(o["processing"].size(), 1u);
+  EXPECT_EQ(o["processing"][0]["id"], "t3");
+  EXPECT_EQ(o["processing"][0]["deadline_ms"].get<std::int64_t>() - o["processing"][0]["since_ms"].get<std::int64_t>(),
+            3'600'000);
+  EXPECT_TRUE(o["series"]["rates"].is_object());
+
+  auto m = call("GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.content_type.rfind("text/plain; version=0.0.4", 0), 0u) << m.content_type;
+  EXPECT_NE(m.body.find("troupe_entities_active{node=\"n1\",type=\"tally\"} 10\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("troupe_entities_processing{node=\"n1\",type=\"tally\"} 1\n"), std::string::npos);
+  EXPECT_NE(m.body.find("troupe_journal_append_seconds_count 11\n"), std::string::npos);
+  EXPECT_NE(m.body.find("troupe_mailbox_depth{node=\"n1\"}"), std::string::npos);
+
+  if (::access("/usr/bin/promtool", X_OK) == 0) {
+    auto file = dir_ / "metrics.txt";
+    std::ofstream(file) << m.body;
+    std::string cmd = "/usr/bin/promtool check metrics < " + file.string() + " >/dev/null 2>&1";
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << m.body;
+  }
+}
+
+TEST_F(NodeTest, AnEntityPageShowsItsStateAndItsProcessingDeadline) {
+  start();
+  ASSERT_TRUE(tallies_->ask<std::int64_t>("a b/c", [](troupe::ReplyTo<std::int64_t> rt) { return Add{7, std::move(rt)}; }, 5s)
+                  .get()
+                  .ok());
+  auto e = call_json("GET", "/entities/tally/a%20b%2Fc", 200);
+  EXPECT_EQ(e["id"], "a b/c");
+  EXPECT_EQ(e["state"]["total"], 7);
+  EXPECT_TRUE(e["processing"].is_null());
+  ASSERT_TRUE(tallies_->ask<std::int64_t>("a b/c", [](troupe::ReplyTo<std::int64_t> rt) { return Hold{std::move(rt)}; }, 5s)
+                  .get()
+                  .ok());
+  auto h = call_json("GET", "/entities/tally/a%20b%2Fc", 200);
+  EXPECT_TRUE(h["processing"].is_object());
+  EXPECT_GE(h["processing"]["age_ms"].get<std::int64_t>(), 0);
+}
+
+TEST_F(NodeTest, MalformedAndMisdirectedAdminRequestsGetA4xxWithAReason) {
+  start();
+  auto unknown_type = call_json("GET", "/entities/nope/x", 404);
+  EXPECT_EQ(unknown_type["error"]["message"], "no entity type 'nope' on this node");
+  auto alone = call_json("POST", "/rebalance", 409);
+  EXPECT_EQ(alone["error"]["code"], "not_clustered");
+  EXPECT_EQ(call("GET", "/rebalance").status, 405);
+  EXPECT_EQ(call("POST", "/metrics").status, 405);
+  EXPECT_EQ(call("GET", "/no/such/thing").status, 404);
+  EXPECT_EQ(call("GET", "/entities/tally").status, 404);
+  // The node still answers.
+  EXPECT_EQ(call("GET", "/health").status, 200);
+}
+
+TEST_F(NodeTest, TheDashboardIsServedFromTheBinary) {
+  start();
+  auto page = call("GET", "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type.rfind("text/html", 0), 0u);
+  EXPECT_NE(page.body.find("app.js"), std::string::npos);
+  EXPECT_EQ(call("GET", "/app.js").status, 200);
+  EXPECT_EQ(call("GET", "/style.css").status, 200);
+}
+
+TEST_F(NodeTest, DrainTurnsReadyOffAndStopsTheEntityTypes) {
+  start();
+  node_->mark_ready();
+  auto d = call_json("POST", "/drain", 202);
+  EXPECT_EQ(d["draining"], true);
+  EXPECT_EQ(call_json("GET", "/ready", 503)["ready"], false);
+  ASSERT_TRUE(node_->drain().ok());
+  auto after = tallies_->ask<std::int64_t>("x", [](troupe::ReplyTo<std::int64_t> rt) { return Get{std::move(rt)}; }, 5s).get();
+  EXPECT_FALSE(after.ok());
+}
+
+TEST(NodeStart, AnUnreachablePostgresIsNamedBySetting) {
+  auto cfg = NodeConfig::parse(
+      "[admin]\nport = 0\n[journal]\nbackend = \"postgres\"\npostgres = \"host=127.0.0.1 port=1 connect_timeout=2\"\n",
+      "bad.toml");
+  ASSERT_TRUE(cfg.ok());
+  auto n = Node::start(std::move(*cfg));
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.error().message().rfind("journal.postgres: ", 0), 0u) << n.error().message();
+}
+
+TEST(NodeStart, AnUnreachableRedisIsNamedBySetting) {
+  auto dir = std::filesystem::temp_directory_path() / ("troupe-node-redis-" + std::to_string(::getpid()));
+  auto cfg = NodeConfig::parse("[node]\ndata_dir = \"" + dir.string() +
+                                   "\"\n[admin]\nport = 0\n[journal]\nbackend = \"memory\"\n[cluster]\nredis = "
+                                   "\"127.0.0.1:1\"\nlisten_port = 0\nheartbeat_ms = 100\nliveness_threshold_ms = 300\n"
+                                   "takeover_margin_ms = 100\n",
+                               "bad.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+  auto n = Node::start(std::move(*cfg));
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.error().message().rfind("cluster.redis (127.0.0.1:1): ", 0), 0u) << n.error().message();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(NodeStart, AnAdminPortInUseIsNamedBySetting) {
+  auto first = Node::start(*NodeConfig::parse("[admin]\nport = 0\n[journal]\nbackend = \"memory\"\n", "a.toml"));
+  ASSERT_TRUE(first.ok());
+  auto port = (*first)->admin_port();
+  auto second = Node::start(
+      *NodeConfig::parse("[admin]\nport = " + std::to_string(port) + "\n[journal]\nbackend = \"memory\"\n", "b.toml"));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.error().message().rfind("admin.port: ", 0), 0u) << second.error().message();
+}
+
+}  // namespace
