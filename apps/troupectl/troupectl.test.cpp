@@ -1,0 +1,720 @@
+// troupectl against a real node, in-process: each command's table and JSON
+// checked against what the node serves; the exit codes (0 ok, 1 the node
+// said no, 2 unreachable or bad usage) and the one-line errors; the
+// building blocks (URLs, ranges, tables) and the cluster-shaped views from
+// canned documents, since a cluster needs Redis and more than one node.
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "commands.hpp"
+#include "troupe/node/node.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using troupe::node::Node;
+using troupe::node::NodeConfig;
+namespace ctl = troupe::ctl;
+
+// --- a small entity: a tally that can be held in a processing episode --------------
+
+struct Add {
+  std::int64_t n = 0;
+  troupe::ReplyTo<std::int64_t> reply_to;
+};
+struct Hold {
+  troupe::ReplyTo<std::int64_t> reply_to;
+};
+struct Get {
+  troupe::ReplyTo<std::int64_t> reply_to;
+};
+using TallyCommand = std::variant<Add, Hold, Get>;
+struct Added {
+  std::int64_t n = 0;
+};
+struct Held {};
+struct HoldTimedOut {};
+using TallyEvent = std::variant<Added, Held, HoldTimedOut>;
+struct TallyState {
+  std::int64_t total = 0;
+  bool held = false;
+};
+
+struct Tally {
+  using Command = TallyCommand;
+  using Event = TallyEvent;
+  using State = TallyState;
+  using Effect = troupe::Effect<Event, State>;
+
+  Effect on_command(const State& s, Command& c, troupe::EntityContext<Tally>&) {
+    return troupe::match(
+        c,
+        [&](Add& a) {
+          return Effect::persist(Added{a.n}).then_reply(a.reply_to, [](const State& st) { return st.total; });
+        },
+        [&](Hold& h) {
+          return Effect::persist(Held{}).then_reply(h.reply_to, [](const State& st) { return st.total; });
+        },
+        [&](Get& g) { return Effect::reply(g.reply_to, s.total); });
+  }
+  void on_event(State& s, const Event& e) const {
+    troupe::match(
+        e, [&](const Added& a) { s.total += a.n; }, [&](const Held&) { s.held = true; },
+        [&](const HoldTimedOut&) { s.held = false; });
+  }
+  std::optional<troupe::Processing<Event>> processing(const State& s) const {
+    if (!s.held) return std::nullopt;
+    return troupe::Processing<Event>{std::chrono::hours(1), HoldTimedOut{}};
+  }
+};
+
+troupe::EventCodecs<TallyEvent> tally_codecs() {
+  troupe::EventCodecs<TallyEvent> c;
+  c.add<Added>(
+      "Added", 1, [](const Added& e, troupe::ByteWriter& w) { w.i64(e.n); },
+      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<Added> {
+        Added e;
+        e.n = r.i64();
+        return r.finish(std::move(e));
+      });
+  c.add<Held>(
+      "Held", 1, [](const Held&, troupe::ByteWriter&) {},
+      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<Held> { return r.finish(Held{}); });
+  c.add<HoldTimedOut>(
+      "HoldTimedOut", 1, [](const HoldTimedOut&, troupe::ByteWriter&) {},
+      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<HoldTimedOut> {
+        return r.finish(HoldTimedOut{});
+      });
+  return c;
+}
+
+// --- helpers -----------------------------------------------------------------------
+
+struct Ran {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs the tool's command line in-process.
+Ran troupectl(std::vector<std::string> args) {
+  std::vector<const char*> argv{"troupectl"};
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  Ran r;
+  r.code = ctl::run_command_line(static_cast<int>(argv.size()), argv.data(), out, err);
+  r.out = out.str();
+  r.err = err.str();
+  return r;
+}
+
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> w;
+  for (std::string s; in >> s;) w.push_back(s);
+  return w;
+}
+
+// The printed line whose blank-separated words are exactly `expected`.
+bool has_row(const std::string& text, const std::vector<std::string>& expected) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (words(line) == expected) return true;
+  return false;
+}
+
+std::vector<std::string> lines(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+// Characters (not bytes: "—" counts as one) before byte `at` of a line.
+std::size_t chars_before(const std::string& line, std::size_t at) {
+  if (at == std::string::npos) return std::string::npos;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < at; ++i)
+    if ((static_cast<unsigned char>(line[i]) & 0xC0) != 0x80) ++n;
+  return n;
+}
+
+// Where a word first starts on a line, in characters.
+std::size_t column_of(const std::string& line, const std::string& word) {
+  return chars_before(line, line.find(word));
+}
+
+// --- fixture: one node, one entity type, one job service, one counter ----------------
+
+class TroupectlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("troupectl-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::string text = "[node]\nid = \"n1\"\ndata_dir = \"" + dir_.string() +
+                       "\"\nthreads = 2\n[admin]\nport = 0\n[journal]\nbackend = \"memory\"\n"
+                       // A held tally would keep the node's stop waiting for its episode (E6).
+                       "[entities]\nstop_timeout_ms = 300\n";
+    auto cfg = NodeConfig::parse(text, "troupectl-test.toml");
+    ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+    auto n = Node::start(std::move(*cfg));
+    ASSERT_TRUE(n.ok()) << n.error().to_string();
+    node_ = std::move(*n);
+    url_ = "http://127.0.0.1:" + std::to_string(node_->admin_port());
+
+    troupe::node::EntityTypeOptions<Tally> opts;
+    opts.type = "tally";
+    opts.events = tally_codecs();
+    auto t = node_->serve_entities<Tally>(std::move(opts), [this](const std::string& id, auto done) {
+      auto f = tallies_->ask<std::int64_t>(
+          id, [](troupe::ReplyTo<std::int64_t> r) { return Get{std::move(r)}; }, 5s);
+      std::move(f).then([done = std::move(done)](troupe::Result<std::int64_t> r) {
+        if (!r.ok()) return done(std::move(r).error());
+        done(json{{"total", *r}});
+      });
+    });
+    ASSERT_TRUE(t.ok()) << t.error().to_string();
+    tallies_.emplace(std::move(*t));
+
+    troupe::JobSettings js;
+    js.name = "mail";
+    js.workers = 2;
+    auto jobs = troupe::JobService::start(
+        node_->system(), js,
+        [](const troupe::Job& j) {
+          return troupe::JobWorkerCall{"send", j.payload};
+        },
+        troupe::JobWorkers{{"send", [](troupe::JobRun run) { run.succeed("sent"); }}});
+    ASSERT_TRUE(jobs.ok()) << jobs.error().to_string();
+    ASSERT_TRUE(jobs->submit(troupe::Job{"mail", "hello"}).get().ok());
+    node_->watch_jobs("mail", *jobs);
+    node_->add_counter("orders_failed", [] { return std::uint64_t{3}; });
+    node_->mark_ready();
+  }
+
+  void TearDown() override {
+    node_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void add(const std::string& id, std::int64_t n) {
+    auto r = tallies_
+                 ->ask<std::int64_t>(
+                     id,
+                     [n](troupe::ReplyTo<std::int64_t> rt) {
+                       return Add{n, std::move(rt)};
+                     },
+                     5s)
+                 .get();
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+  void hold(const std::string& id) {
+    auto r = tallies_
+                 ->ask<std::int64_t>(
+                     id, [](troupe::ReplyTo<std::int64_t> rt) { return Hold{std::move(rt)}; }, 5s)
+                 .get();
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+
+  // Runs troupectl against this node.
+  Ran ctl_here(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--node", url_});
+    return troupectl(std::move(args));
+  }
+
+  int http_status(const std::string& target) {
+    troupe::http::ClientSettings cs;
+    cs.port = node_->admin_port();
+    auto c = troupe::http::Client::create(cs);
+    if (!c.ok()) return -1;
+    auto r = (*c)->request_sync("GET", target);
+    return r.ok() ? r->status : -1;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Node> node_;
+  std::string url_;
+  std::optional<troupe::node::Entities<Tally>> tallies_;
+};
+
+// --- status and members -----------------------------------------------------------------
+
+TEST_F(TroupectlTest, StatusShowsTheNodeItsEntityTypesCountersAndPatterns) {
+  for (int i = 0; i < 4; ++i) add("t" + std::to_string(i), 5);
+  hold("t3");
+  auto r = ctl_here({"status"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(has_row(r.out, {"node", "n1"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"mode", "single"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"state", "ready"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"version", "0.1.0"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"members", "1", "(1", "alive)"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"TYPE", "ACTIVE", "PROCESSING", "PASSIVATIONS", "SHARDS", "EVENTS"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"tally", "4", "1", "0", "1", "5"})) << r.out;
+  // The held tally, with an hour to its deadline.
+  EXPECT_NE(r.out.find("processing, longest first"), std::string::npos) << r.out;
+  bool found = false;
+  for (const auto& l : lines(r.out)) {
+    auto w = words(l);
+    if (w.size() >= 4 && w[0] == "tally" && w[1] == "t3") {
+      found = true;
+      EXPECT_TRUE(l.find("59m 5") != std::string::npos || l.find("1h 00m") != std::string::npos) << l;
+    }
+  }
+  EXPECT_TRUE(found) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"orders_failed", "3"})) << r.out;
+  EXPECT_NE(r.out.find("jobs "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("succeeded=1"), std::string::npos) << r.out;
+}
+
+TEST_F(TroupectlTest, StatusAsJsonIsTheOverviewTheNodeServes) {
+  add("a", 1);
+  auto r = ctl_here({"status", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json doc = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << r.out;
+  EXPECT_EQ(doc["node"], "n1");
+  EXPECT_EQ(doc["mode"], "single");
+  EXPECT_EQ(doc["ready"], true);
+  EXPECT_EQ(doc["entity_types"][0]["type"], "tally");
+  EXPECT_EQ(doc["entity_types"][0]["active"], 1);
+  EXPECT_EQ(doc["counters"]["orders_failed"], 3);
+  EXPECT_TRUE(doc["series"].is_object());  // the whole document, not an excerpt
+  // --json may come before the command too.
+  auto before = troupectl({"--json", "--node", url_, "status"});
+  ASSERT_EQ(before.code, 0) << before.err;
+  EXPECT_EQ(json::parse(before.out, nullptr, false)["node"], "n1");
+}
+
+TEST_F(TroupectlTest, MembersShowsEachMemberWithItsLoadAndADashForWhatIsUnknown) {
+  add("a", 1);
+  add("b", 1);
+  auto r = ctl_here({"members"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto ls = lines(r.out);
+  ASSERT_EQ(ls.size(), 2u) << r.out;
+  EXPECT_EQ(words(ls[0]), (std::vector<std::string>{"ID", "ADDRESS", "ALIVE", "SELF", "DRAINING", "SHARDS",
+                                                    "ENTITIES", "MAILBOX", "MSG/S"}));
+  auto row = words(ls[1]);
+  ASSERT_EQ(row.size(), 9u) << ls[1];
+  EXPECT_EQ(row[0], "n1");
+  EXPECT_EQ(row[1], "—");  // a single node has no cluster address
+  EXPECT_EQ(row[2], "yes");
+  EXPECT_EQ(row[3], "yes");
+  EXPECT_EQ(row[4], "no");
+  EXPECT_EQ(row[5], "1");
+  EXPECT_EQ(row[6], "2");
+  // Columns line up by characters, the dash included.
+  EXPECT_EQ(column_of(ls[0], "ALIVE"), column_of(ls[1], "yes"));
+  EXPECT_EQ(column_of(ls[0], "MSG/S"), chars_before(ls[1], ls[1].rfind(row[8])));
+}
+
+TEST_F(TroupectlTest, MembersAsJsonListsTheMembersAsTheNodeReportsThem) {
+  auto r = ctl_here({"members", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  json doc = json::parse(r.out, nullptr, false);
+  EXPECT_EQ(doc["node"], "n1");
+  ASSERT_EQ(doc["members"].size(), 1u) << r.out;
+  EXPECT_EQ(doc["members"][0]["id"], "n1");
+  EXPECT_EQ(doc["members"][0]["admin"], url_);
+  EXPECT_TRUE(doc["members"][0]["address"].is_null());
+  EXPECT_EQ(doc["members"][0]["self"], true);
+}
+
+// --- shards and workers -----------------------------------------------------------------
+
+TEST_F(TroupectlTest, ShardsCountsAndListsTheShardsOfEachTypePerOwner) {
+  auto r = ctl_here({"shards"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(lines(r.out).size(), 2u) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"TYPE", "OWNER", "SHARDS", "LIST"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"tally", "n1", "1", "0"})) << r.out;
+
+  auto j = ctl_here({"shards", "--type", "tally", "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  json doc = json::parse(j.out, nullptr, false);
+  ASSERT_EQ(doc["types"].size(), 1u) << j.out;
+  EXPECT_EQ(doc["types"][0]["type"], "tally");
+  EXPECT_EQ(doc["types"][0]["shards"], 1);
+  EXPECT_EQ(doc["types"][0]["owners"][0]["owner"], "n1");
+  EXPECT_EQ(doc["types"][0]["owners"][0]["member"], true);
+  EXPECT_EQ(doc["types"][0]["owners"][0]["shards"], json::array({0}));
+  EXPECT_EQ(doc["types"][0]["owners"][0]["ranges"], "0");
+}
+
+TEST_F(TroupectlTest, ShardsOfATypeNoShardHasExitsOneNamingTheTypesThereAre) {
+  auto r = ctl_here({"shards", "--type", "nope"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "troupectl: no shards of type 'nope' in the shard map of n1 (types: tally)\n");
+}
+
+TEST_F(TroupectlTest, WorkersListsTheUnitsOfEachWorkerGroupWithTheirOwner) {
+  auto r = ctl_here({"workers"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "GROUP       UNIT       OWNER\njobs/mail   worker-0   n1\njobs/mail   worker-1   n1\n");
+  auto j = ctl_here({"workers", "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  json doc = json::parse(j.out, nullptr, false);
+  ASSERT_EQ(doc["workers"].size(), 2u);
+  EXPECT_EQ(doc["workers"][1], (json{{"group", "jobs/mail"}, {"unit", "worker-1"}, {"owner", "n1"}}));
+}
+
+// --- rebalance and entity ---------------------------------------------------------------
+
+TEST_F(TroupectlTest, RebalanceOnASingleNodeExitsOneWithTheNodesReason) {
+  auto r = ctl_here({"rebalance"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "troupectl: this node runs alone (no [cluster] in its config): there is nothing to rebalance "
+            "(not_clustered, HTTP 409)\n");
+}
+
+TEST_F(TroupectlTest, AnEntityShowsItsStateAndItsProcessingEpisode) {
+  add("a b/c", 7);
+  auto idle = ctl_here({"entity", "tally", "a b/c"});
+  ASSERT_EQ(idle.code, 0) << idle.err;
+  EXPECT_EQ(idle.out,
+            "type         tally\nid           a b/c\nprocessing   no\nstate\n{\n  \"total\": 7\n}\n");
+
+  hold("a b/c");
+  auto busy = ctl_here({"entity", "tally", "a b/c"});
+  ASSERT_EQ(busy.code, 0) << busy.err;
+  auto ls = lines(busy.out);
+  ASSERT_GE(ls.size(), 3u) << busy.out;
+  EXPECT_EQ(ls[2].rfind("processing   yes, since 20", 0), 0u) << busy.out;
+  EXPECT_NE(ls[2].find("ago), deadline 20"), std::string::npos) << busy.out;
+  // An hour to go: "(in 59m 59s)", or "(in 1h 00m)" within the first millisecond.
+  EXPECT_TRUE(ls[2].find("(in 59m") != std::string::npos || ls[2].find("(in 1h 00m)") != std::string::npos)
+      << busy.out;
+}
+
+TEST_F(TroupectlTest, AnEntityAsJsonIsTheNodesDocument) {
+  add("x", 2);
+  auto r = ctl_here({"entity", "tally", "x", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out, nullptr, false),
+            (json{{"type", "tally"}, {"id", "x"}, {"processing", nullptr}, {"state", {{"total", 2}}}}));
+}
+
+TEST_F(TroupectlTest, AnEntityOfAnUnknownTypeExitsOne) {
+  auto r = ctl_here({"entity", "nope", "x"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "troupectl: no entity type 'nope' on this node (not_found, HTTP 404)\n");
+}
+
+// --- drain --------------------------------------------------------------------------
+
+TEST_F(TroupectlTest, DrainingANodeThatIsNotAMemberExitsOneNamingTheMembers) {
+  auto r = ctl_here({"drain", "n9"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "troupectl: 'n9' is not a member (n1 sees: n1)\n");
+  EXPECT_FALSE(node_->draining());
+  EXPECT_EQ(http_status("/ready"), 200);
+}
+
+TEST_F(TroupectlTest, DrainingTheNodeByItsIdTurnsItsReadinessOff) {
+  ASSERT_EQ(http_status("/ready"), 200);
+  auto r = ctl_here({"drain", "n1", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out, nullptr, false),
+            (json{{"node", "n1"}, {"draining", true}, {"already", false}}));
+  EXPECT_TRUE(node_->draining());
+  EXPECT_EQ(http_status("/ready"), 503);
+  auto members = ctl_here({"members"});
+  ASSERT_EQ(lines(members.out).size(), 2u) << members.out;
+  EXPECT_EQ(words(lines(members.out)[1])[4], "yes") << members.out;  // DRAINING
+  EXPECT_TRUE(has_row(ctl_here({"status"}).out, {"state", "draining"}));
+}
+
+TEST_F(TroupectlTest, DrainWithoutAnIdDrainsTheNodeAtTheUrlAndSaysSoWhenItAlreadyIs) {
+  auto first = ctl_here({"drain"});
+  ASSERT_EQ(first.code, 0) << first.err;
+  EXPECT_EQ(first.out.rfind("node n1 is draining", 0), 0u) << first.out;
+  EXPECT_EQ(http_status("/ready"), 503);
+  auto again = ctl_here({"drain"});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(again.out, "node n1 was already draining\n");
+}
+
+TEST_F(TroupectlTest, DrainingAnotherMemberGoesToTheAdminUrlItAdvertises) {
+  // A stand-in for the node asked: it knows n1 as a member listening on
+  // every interface (admin 0.0.0.0) at the cluster address 127.0.0.1, and a
+  // member "n3" whose admin URL it has not heard.
+  json overview = {
+      {"node", "n2"},
+      {"members",
+       {{{"id", "n2"}, {"address", "127.0.0.1:7002"}, {"self", true}, {"admin", "http://127.0.0.1:1"}},
+        {{"id", "n1"},
+         {"address", "127.0.0.1:7001"},
+         {"self", false},
+         {"admin", "http://0.0.0.0:" + std::to_string(node_->admin_port())}},
+        {{"id", "n3"}, {"address", "127.0.0.1:7003"}, {"self", false}, {"admin", nullptr}}}}};
+  troupe::http::Router router;
+  router.add("GET", "/api/overview", [&](troupe::http::Request&, troupe::http::Responder out) {
+    out.respond(troupe::http::Response::json(200, overview.dump()));
+  });
+  auto server = troupe::http::Server::start({}, std::move(router));
+  ASSERT_TRUE(server.ok());
+  std::string other = "http://127.0.0.1:" + std::to_string((*server)->port());
+
+  auto unknown_admin = troupectl({"--node", other, "drain", "n3"});
+  EXPECT_EQ(unknown_admin.code, 1);
+  EXPECT_EQ(
+      unknown_admin.err,
+      "troupectl: n2 does not know the admin URL of 'n3': run troupectl --node <its admin URL> drain\n");
+
+  auto r = troupectl({"--node", other, "drain", "n1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("node n1 is draining", 0), 0u) << r.out;
+  EXPECT_TRUE(node_->draining());
+  EXPECT_EQ(http_status("/ready"), 503);
+  (*server)->stop();
+}
+
+// --- errors and usage -------------------------------------------------------------------
+
+TEST(TroupectlErrors, AnUnreachableNodeExitsTwoNamingTheUrl) {
+  // A port that was just listened on and closed is refused.
+  auto server = troupe::http::Server::start({}, troupe::http::Router{});
+  ASSERT_TRUE(server.ok());
+  auto port = (*server)->port();
+  (*server)->stop();
+  server->reset();
+  std::string url = "http://127.0.0.1:" + std::to_string(port);
+  auto r = troupectl({"--node", url, "status"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "troupectl: cannot reach the node at " + url + " (connection refused)\n");
+}
+
+TEST(TroupectlErrors, ANodeThatDoesNotAnswerInTimeExitsTwo) {
+  std::mutex mu;
+  std::vector<troupe::http::Responder> parked;
+  troupe::http::Router router;
+  router.add("GET", "/api/overview", [&](troupe::http::Request&, troupe::http::Responder out) {
+    std::lock_guard lk(mu);
+    parked.push_back(std::move(out));
+  });
+  auto server = troupe::http::Server::start({}, std::move(router));
+  ASSERT_TRUE(server.ok());
+  std::string url = "http://127.0.0.1:" + std::to_string((*server)->port());
+  auto r = troupectl({"--node", url, "--timeout-s", "0.3", "status"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "troupectl: the node at " + url + " did not answer within 0.3s\n");
+  {
+    // Answered, so the server's stop does not wait out its drain timeout.
+    std::lock_guard lk(mu);
+    for (auto& p : parked) p.respond(troupe::http::Response::json(200, "{}"));
+  }
+  (*server)->stop();
+}
+
+TEST(TroupectlErrors, AnErrorAnswerThatIsNotTheNodesShowsItsStatusAndBody) {
+  troupe::http::Router router;
+  router.add("GET", "/cluster", [](troupe::http::Request&, troupe::http::Responder out) {
+    out.respond(troupe::http::Response::text(502, "upstream\nis down"));
+  });
+  router.add("GET", "/api/overview", [](troupe::http::Request&, troupe::http::Responder out) {
+    out.respond(troupe::http::Response::text(200, "<html>"));
+  });
+  auto server = troupe::http::Server::start({}, std::move(router));
+  ASSERT_TRUE(server.ok());
+  std::string url = "http://127.0.0.1:" + std::to_string((*server)->port());
+  auto bad_gateway = troupectl({"--node", url, "shards"});
+  EXPECT_EQ(bad_gateway.code, 1);
+  EXPECT_EQ(bad_gateway.err,
+            "troupectl: the node at " + url + " answered HTTP 502 Bad Gateway: upstream is down\n");
+  auto not_json = troupectl({"--node", url, "members"});
+  EXPECT_EQ(not_json.code, 1);
+  EXPECT_EQ(not_json.err.rfind(
+                "troupectl: the node at " + url + " answered HTTP 200 with a body that is not JSON", 0),
+            0u)
+      << not_json.err;
+}
+
+TEST_F(TroupectlTest, TheNodeUrlComesFromTroupeNodeUnlessTheFlagGivesOne) {
+  ASSERT_EQ(::setenv("TROUPE_NODE", url_.c_str(), 1), 0);
+  auto from_env = troupectl({"members", "--json"});
+  ::unsetenv("TROUPE_NODE");
+  ASSERT_EQ(from_env.code, 0) << from_env.err;
+  EXPECT_EQ(json::parse(from_env.out, nullptr, false)["node"], "n1");
+
+  ASSERT_EQ(::setenv("TROUPE_NODE", "http://127.0.0.1:1", 1), 0);
+  auto flag_wins = ctl_here({"members", "--json"});
+  ::unsetenv("TROUPE_NODE");
+  EXPECT_EQ(flag_wins.code, 0) << flag_wins.err;
+}
+
+TEST(TroupectlUsage, BadUsageExitsTwoWithTheParsersMessage) {
+  auto none = troupectl({});
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("subcommand"), std::string::npos) << none.err;
+
+  auto unknown = troupectl({"reboot"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_EQ(unknown.err.rfind("troupectl: unknown command 'reboot' (commands: status, members,", 0), 0u)
+      << unknown.err;
+
+  auto missing = troupectl({"entity", "tally"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("ID"), std::string::npos) << missing.err;
+
+  auto negative = troupectl({"--timeout-s", "-1", "status"});
+  EXPECT_EQ(negative.code, 2);
+  EXPECT_NE(negative.err.find("timeout-s"), std::string::npos) << negative.err;
+
+  auto tls = troupectl({"--node", "https://n1:8081", "status"});
+  EXPECT_EQ(tls.code, 2);
+  EXPECT_EQ(
+      tls.err,
+      "troupectl: --node 'https://n1:8081': only http:// is supported (the admin API has no TLS; put a proxy "
+      "in front for that)\n");
+}
+
+TEST(TroupectlUsage, HelpAndVersionExitZero) {
+  auto help = troupectl({"--help"});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_NE(help.out.find("rebalance"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("TROUPE_NODE"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("Exit codes"), std::string::npos) << help.out;
+  auto version = troupectl({"--version"});
+  EXPECT_EQ(version.code, 0);
+  EXPECT_EQ(version.out, "troupectl 0.1.0\n");
+}
+
+// --- building blocks ----------------------------------------------------------------------
+
+TEST(TroupectlParts, CompactRangesJoinRunsOfConsecutiveNumbers) {
+  using ctl::detail::compact_ranges;
+  EXPECT_EQ(compact_ranges({}), "");
+  EXPECT_EQ(compact_ranges({5}), "5");
+  EXPECT_EQ(compact_ranges({7, 0, 2, 1, 3}), "0-3,7");
+  EXPECT_EQ(compact_ranges({1, 2, 4, 5, 6, 9, 9}), "1-2,4-6,9");
+}
+
+TEST(TroupectlParts, PercentEncodingLeavesOnlyUnreservedCharactersAsTheyAre) {
+  using ctl::detail::percent_encode;
+  EXPECT_EQ(percent_encode("a b/c"), "a%20b%2Fc");
+  EXPECT_EQ(percent_encode("Az09-._~"), "Az09-._~");
+  EXPECT_EQ(percent_encode("100%?#"), "100%25%3F%23");
+  EXPECT_EQ(percent_encode("é"), "%C3%A9");
+}
+
+TEST(TroupectlParts, NodeUrlsGiveHostPortAndPrefix) {
+  using ctl::detail::parse_node_url;
+  auto plain = parse_node_url("http://127.0.0.1:8081");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->host, "127.0.0.1");
+  EXPECT_EQ(plain->port, 8081);
+  EXPECT_EQ(plain->prefix, "");
+  auto behind_proxy = parse_node_url("http://ops.example:80/troupe/n1/");
+  ASSERT_TRUE(behind_proxy.ok());
+  EXPECT_EQ(behind_proxy->host, "ops.example");
+  EXPECT_EQ(behind_proxy->prefix, "/troupe/n1");
+  auto v6 = parse_node_url("http://[::1]:9000");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 9000);
+  auto default_port = parse_node_url("http://node-a");
+  ASSERT_TRUE(default_port.ok());
+  EXPECT_EQ(default_port->port, 80);
+  EXPECT_FALSE(parse_node_url("127.0.0.1:8081").ok());
+  EXPECT_FALSE(parse_node_url("http://:8081").ok());
+  EXPECT_FALSE(parse_node_url("http://h:0").ok());
+  EXPECT_FALSE(parse_node_url("http://h:70000").ok());
+  EXPECT_FALSE(parse_node_url("http://h:x").ok());
+}
+
+TEST(TroupectlParts, TablesAlignColumnsByCharactersAndDropTrailingBlanks) {
+  auto t =
+      ctl::detail::format_table({"ID", "ADDRESS", "X"}, {{"n1", "—", ""}, {"node-22", "10.0.0.2:7000", "1"}});
+  EXPECT_EQ(t,
+            "ID        ADDRESS         X\n"
+            "n1        —\n"
+            "node-22   10.0.0.2:7000   1\n");
+}
+
+TEST(TroupectlParts, DurationsAreShortAndReadable) {
+  using ctl::detail::format_duration;
+  EXPECT_EQ(format_duration(0.04), "0.0s");
+  EXPECT_EQ(format_duration(12.34), "12.3s");
+  EXPECT_EQ(format_duration(245), "4m 05s");
+  EXPECT_EQ(format_duration(7620), "2h 07m");
+  EXPECT_EQ(format_duration(3 * 86400 + 4 * 3600 + 59), "3d 04h");
+  EXPECT_EQ(format_duration(-1), "0.0s");
+}
+
+// --- cluster-shaped documents ---------------------------------------------------------------
+
+TEST(TroupectlViews, AClusterOverviewShowsEveryMemberAndADashForLoadOnlyItsOwnNodeKnows) {
+  json overview = {{"node", "n1"},
+                   {"mode", "cluster"},
+                   {"members",
+                    {{{"id", "n1"},
+                      {"address", "10.0.0.1:7000"},
+                      {"alive", true},
+                      {"self", true},
+                      {"admin", "http://10.0.0.1:8081"},
+                      {"shards", 32},
+                      {"entities_active", 1200},
+                      {"mailbox_depth", 4},
+                      {"messages_per_s", 812.5},
+                      {"draining", false}},
+                     {{"id", "n2"}, {"address", "10.0.0.2:7000"}, {"alive", true}, {"self", false}}}}};
+  EXPECT_EQ(ctl::detail::render_members(overview),
+            "ID   ADDRESS         ALIVE   SELF   DRAINING   SHARDS   ENTITIES   MAILBOX   MSG/S\n"
+            "n1   10.0.0.1:7000   yes     yes    no         32       1200       4         812.5\n"
+            "n2   10.0.0.2:7000   yes     no     —          —        —          —         —\n");
+}
+
+TEST(TroupectlViews, ShardsAreGroupedByTypeAndOwnerAndAGoneOwnerIsFlagged) {
+  json cluster = {{"node", "n1"},
+                  {"members", {{{"id", "n1"}, {"alive", true}}, {{"id", "n2"}, {"alive", true}}}},
+                  {"shards", json::array()}};
+  for (int s = 0; s < 8; ++s) {
+    std::string owner = s < 4 || s == 7 ? "n1" : s == 6 ? "n3" : "n2";
+    cluster["shards"].push_back({{"type", "account"}, {"shard", s}, {"owner", owner}, {"epoch", 1}});
+  }
+  cluster["shards"].push_back({{"type", "order"}, {"shard", 0}, {"owner", "n2"}, {"epoch", 3}});
+  auto summary = ctl::detail::summarize_shards(cluster, "");
+  EXPECT_EQ(ctl::detail::render_shards(summary),
+            "TYPE      OWNER                    SHARDS   LIST\n"
+            "account   n1                       5        0-3,7\n"
+            "account   n2                       2        4-5\n"
+            "account   n3 (not a live member)   1        6\n"
+            "order     n2                       1        0\n");
+  EXPECT_EQ(summary["types"][0]["shards"], 8);
+  EXPECT_EQ(ctl::detail::summarize_shards(cluster, "order")["types"].size(), 1u);
+}
+
+TEST(TroupectlViews, RebalanceListsOneRowPerMovedShardOrSaysNothingMoved) {
+  json moves = {{"moves", 2},
+                {"moved",
+                 {{{"type", "account"}, {"shard", 4}, {"from", "n1"}, {"to", "n2"}, {"epoch", 5}},
+                  {{"type", "account"}, {"shard", 9}, {"from", ""}, {"to", "n2"}, {"epoch", 1}}}}};
+  EXPECT_EQ(ctl::detail::render_rebalance(moves),
+            "moved 2 shards\n"
+            "TYPE      SHARD   FROM   TO   EPOCH\n"
+            "account   4       n1     n2   5\n"
+            "account   9       —      n2   1\n");
+  EXPECT_EQ(ctl::detail::render_rebalance({{"moves", 0}, {"moved", json::array()}}),
+            "nothing moved: the shards are already balanced\n");
+}
+
+}  // namespace
