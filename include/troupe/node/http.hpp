@@ -34,6 +34,7 @@
 //       431  a header block over max_header_bytes (or over 100 fields)
 //       501  a Transfer-Encoding other than "chunked" (chunked is decoded)
 //       505  an HTTP version other than 1.0 and 1.1
+//     A connection past max_connections gets a 503 and is closed at once.
 //     A request without Content-Length or Transfer-Encoding has no body
 //     (RFC 9112 6.3). HTTP/1.0 closes after the response unless it asks for
 //     keep-alive; "Connection: close" is honoured both ways. A request with
@@ -189,6 +190,7 @@ class Router {
 };
 
 // --- server ------------------------------------------------------------------------
+// Settings and counters are plain values: copy them freely.
 
 // How a Server listens and what it accepts; read once by start().
 struct ServerSettings {
@@ -267,6 +269,7 @@ class Server {
 };
 
 // --- client ------------------------------------------------------------------------
+// Settings, counters and requests are plain values: copy them freely.
 
 // What a Client connects to and how it bounds its work; read once by create().
 struct ClientSettings {
@@ -302,8 +305,8 @@ struct ClientRequest {
   std::string target = "/";
   std::string body;
   std::string content_type;  // sent as Content-Type unless empty
-  std::vector<std::pair<std::string, std::string>>
-      headers;                      // extra; Host and Content-Length are written for you
+  // Extra headers; Host and Content-Length are written for you.
+  std::vector<std::pair<std::string, std::string>> headers;
   std::optional<Duration> timeout;  // default: ClientSettings::request_timeout
 };
 
@@ -313,10 +316,11 @@ struct ClientRequest {
 // whose request timed out is closed, never reused. A GET/HEAD sent on a
 // reused connection that the server had meanwhile closed is retried once on
 // a new one; other methods fail instead (they may have been executed).
-// Errors handed to done: unreachable (connection refused or lost, connect
-// timeout, name not resolvable), timeout (request_timeout), protocol_error
-// (a malformed response), buffer_overflow (queue full), shutting_down (after
-// close()).
+// Errors handed to done: unreachable (connection refused, no connection
+// within connect_timeout, connection lost before the response), timeout
+// (request_timeout), protocol_error (a malformed response), buffer_overflow
+// (queue full), invalid_argument (a method, target or header that is not
+// valid HTTP), shutting_down (after close()).
 // Ownership: owned by the caller of create(); owns its connections and io
 // threads. Thread safety: request() from any thread, including from inside
 // `done`; request_sync() from any thread but the client's own io threads;
@@ -325,7 +329,8 @@ class Client {
  public:
   using Done = std::function<void(Result<Response>)>;
 
-  // Errors: invalid_argument for unusable settings.
+  // Resolves the host once, here, and starts the io threads. Errors:
+  // invalid_argument for unusable settings or a host that does not resolve.
   static Result<std::unique_ptr<Client>> create(ClientSettings settings);
 
   ~Client();  // close()

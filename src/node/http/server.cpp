@@ -398,7 +398,9 @@ bool ServerConnection::complete(std::uint64_t seq, Response&& r) {
   if (slot.done) return false;
   slot.done = true;
   const std::string& date = loop_.date_now();
-  if (!serialize_response(r, slot.head, slot.close, slot.keep_alive_header, date, slot.wire)) {
+  // An interim (1xx) status cannot be the answer to a request.
+  if (r.status < 200 || !serialize_response(r, slot.head, slot.close, slot.keep_alive_header, date, slot.wire)) {
+    slot.wire.clear();
     s_->log("a handler answered with an invalid status (" + std::to_string(r.status) +
             ") or a header that could break the response; answered 500 instead");
     const Response fallback =
@@ -745,8 +747,10 @@ void Server::Impl::start_threads() {
 }
 
 void Server::Impl::accept() {
-  const std::shared_ptr<detail::ServerLoop> target = loops_[next_loop_++ % loops_.size()];
-  acceptor_->async_accept(target->io,
+  // Handlers hold loops by index, never by shared_ptr: a handler left in an
+  // io_context that is never run again must not keep that io_context alive.
+  const std::size_t target = next_loop_++ % loops_.size();
+  acceptor_->async_accept(loops_[target]->io,
                           [this, target](const std::error_code& ec, asio::ip::tcp::socket socket) {
                             if (stopping_.load()) return;
                             if (ec) {
@@ -759,7 +763,7 @@ void Server::Impl::accept() {
                               });
                               return;
                             }
-                            on_accept(target, std::move(socket));
+                            on_accept(loops_[target], std::move(socket));
                             accept();
                           });
 }
@@ -784,8 +788,13 @@ void Server::Impl::on_accept(const std::shared_ptr<detail::ServerLoop>& loop, as
   }
   s_->c.open.fetch_add(1, std::memory_order_relaxed);
   auto conn = std::make_shared<detail::ServerConnection>(s_, loop, std::move(socket));
-  asio::post(loop->io, [loop, conn] {
-    loop->live.insert(conn);
+  asio::post(loop->io, [this, lp = loop.get(), conn] {
+    // Accepted as stop() began: its drain has passed this loop already.
+    if (stopping_.load()) {
+      conn->abort();
+      return;
+    }
+    lp->live.insert(conn);
     conn->start();
   });
 }
@@ -813,8 +822,8 @@ void Server::Impl::stop() {
       accept_retry_->cancel();
     });
     for (auto& l : loops_) {
-      asio::post(l->io, [l] {
-        const std::vector<std::shared_ptr<detail::ServerConnection>> conns(l->live.begin(), l->live.end());
+      asio::post(l->io, [lp = l.get()] {
+        const std::vector<std::shared_ptr<detail::ServerConnection>> conns(lp->live.begin(), lp->live.end());
         for (const auto& c : conns) c->drain();
       });
     }

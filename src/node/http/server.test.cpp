@@ -286,19 +286,23 @@ TEST(HttpServer, AHandlerThatThrowsAnswers500AndTheConnectionGoesOn) {
   EXPECT_TRUE(server.log->contains("boom"));
 }
 
-TEST(HttpServer, AResponseWithAHeaderThatWouldBreakTheFramingBecomes500) {
+TEST(HttpServer, AResponseWithAnInterimStatusOrAHeaderThatWouldBreakTheFramingBecomes500) {
   Router router;
   router.add("GET", "/evil", [](Request&, Responder r) {
     Response resp = Response::text(200, "x");
     resp.headers.emplace_back("X-Evil", "a\r\nSet-Cookie: stolen");
     r.respond(std::move(resp));
   });
+  router.add("GET", "/interim", [](Request&, Responder r) { r.respond(Response::text(100, "")); });
   auto server = TestServer::start(std::move(router));
   auto client = make_client(server.port());
   auto r = client->request_sync("GET", "/evil");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->status, 500);
   EXPECT_EQ(r->header("set-cookie"), "");
+  r = client->request_sync("GET", "/interim");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->status, 500) << "a 1xx cannot answer a request";
 }
 
 TEST(HttpServer, HonoursConnectionCloseAndHttp10) {
