@@ -1,0 +1,301 @@
+// payment_gateway: the simulated settlement gateway (gateway.hpp) as its own
+// HTTP process, the external system the payment service settles through.
+//
+// Like the in-process actor it answers after a latency (mean ± uniform
+// jitter), declines a share of settlements, and never answers another share
+// ("hangs": the request's Responder is kept until the process stops, as a
+// gateway that lost a request behind a broken connection would). Unlike the
+// actor it also fails a share outright with HTTP 503, a gateway error as
+// opposed to a decline.
+//
+//   POST /settle  {"payment_id","order_id","amount"}  200 {"approved":true,"code":"AUTH-1A2B3C4D"}
+//                                                     200 {"approved":false,"code":"declined by issuer"}
+//   POST /refund  {"payment_id","amount"}             200 {"refunded":true,"code":"RF-1A2B3C4D"}
+//   GET  /health                                      200 {"status":"ok"}
+//   GET  /stats                                       200 the counters
+// A body that is not such an object (amount: an integer of minor units,
+// above 0) gets 400 with a reason. A 503 carries {"error":{"code":
+// "gateway_error",...}}.
+//
+// The latency never blocks an io thread: each answer waits on an Asio
+// steady_timer of the gateway's own timer thread, which then responds
+// through the request's Responder, so any number of requests may wait at
+// once.
+//
+// On start it prints "payment_gateway listening on http://HOST:PORT" (the
+// chosen port when --port is 0); SIGINT or SIGTERM stop it (exit 0).
+
+#include "../../src/cluster/asio_headers.hpp"  // first: see there
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "troupe/node/http.hpp"
+
+namespace {
+
+using json = nlohmann::json;
+using troupe::http::Request;
+using troupe::http::Responder;
+using troupe::http::Response;
+using troupe::http::Router;
+
+struct Options {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8090;
+  double latency_ms = 1.0;
+  double jitter_ms = 0.0;
+  double decline_rate = 0.05;
+  double error_rate = 0.01;
+  double hang_rate = 0.001;
+  std::uint64_t seed = 1;
+  int io_threads = 1;
+};
+
+struct Counters {
+  std::atomic<std::uint64_t> requests{0}, approved{0}, declined{0}, errors{0}, hung{0}, refunds{0};
+  std::atomic<std::uint64_t> bad_requests{0}, in_flight{0};
+};
+
+// What to do with one request, drawn from the rates.
+enum class Fate { answer, fail, hang };
+
+// The gateway: decisions, the timer thread, the held (hung) requests.
+// Handlers run on the server's io threads; timers on the gateway's own.
+class Gateway {
+ public:
+  explicit Gateway(const Options& o) : o_(o), rng_(o.seed), timer_work_(asio::make_work_guard(timer_io_)) {
+    timer_thread_ = std::thread([this] { timer_io_.run(); });
+  }
+
+  // The server must be stopped first: answers after that go nowhere.
+  ~Gateway() {
+    timer_work_.reset();
+    timer_io_.stop();
+    timer_thread_.join();
+    std::lock_guard lk(hung_mu_);
+    hung_.clear();
+  }
+
+  Router routes() {
+    Router r;
+    r.add("POST", "/settle", [this](Request& req, Responder out) { settle(req, std::move(out)); });
+    r.add("POST", "/refund", [this](Request& req, Responder out) { refund(req, std::move(out)); });
+    r.add("GET", "/health",
+          [](Request&, Responder out) { out.respond(Response::json(200, R"({"status":"ok"})")); });
+    r.add("GET", "/stats",
+          [this](Request&, Responder out) { out.respond(Response::json(200, stats().dump())); });
+    return r;
+  }
+
+  json stats() const {
+    auto v = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+    return {{"requests", v(c_.requests)},
+            {"approved", v(c_.approved)},
+            {"declined", v(c_.declined)},
+            {"errors", v(c_.errors)},
+            {"hung", v(c_.hung)},
+            {"refunds", v(c_.refunds)},
+            {"bad_requests", v(c_.bad_requests)},
+            {"in_flight", v(c_.in_flight)}};
+  }
+
+ private:
+  // The body as a JSON object with the fields required, or a 400 sent.
+  std::optional<json> parse(const Request& req, Responder& out, bool settle) {
+    json j = json::parse(req.body, nullptr, false);
+    const char* why = nullptr;
+    if (j.is_discarded() || !j.is_object())
+      why = "the body is not a JSON object";
+    else if (!j.contains("payment_id") || !j["payment_id"].is_string() ||
+             j["payment_id"].get<std::string>().empty())
+      why = "payment_id: a non-empty string is required";
+    else if (settle && (!j.contains("order_id") || !j["order_id"].is_string() ||
+                        j["order_id"].get<std::string>().empty()))
+      why = "order_id: a non-empty string is required";
+    else if (!j.contains("amount") || !j["amount"].is_number_integer())
+      why = "amount: an integer number of minor units is required";
+    else if (j["amount"].get<std::int64_t>() <= 0)
+      why = "amount: must be above 0";
+    if (!why) return j;
+    c_.bad_requests.fetch_add(1, std::memory_order_relaxed);
+    out.respond(Response::error(400, "invalid_argument", why));
+    return std::nullopt;
+  }
+
+  void settle(Request& req, Responder out) {
+    if (!parse(req, out, true)) return;
+    c_.requests.fetch_add(1, std::memory_order_relaxed);
+    const auto [fate, delay, declined, code] = draw("AUTH-");
+    if (fate == Fate::hang) return hold(std::move(out));
+    if (fate == Fate::fail) return later(std::move(out), delay, gateway_error(), &c_.errors);
+    if (declined) {
+      return later(std::move(out), delay,
+                   Response::json(200, R"({"approved":false,"code":"declined by issuer"})"), &c_.declined);
+    }
+    later(std::move(out), delay, Response::json(200, json{{"approved", true}, {"code", code}}.dump()),
+          &c_.approved);
+  }
+
+  void refund(Request& req, Responder out) {
+    if (!parse(req, out, false)) return;
+    c_.requests.fetch_add(1, std::memory_order_relaxed);
+    // A refund is never declined; latency, errors and hangs are as for a
+    // settlement.
+    const auto [fate, delay, declined, code] = draw("RF-");
+    (void)declined;
+    if (fate == Fate::hang) return hold(std::move(out));
+    if (fate == Fate::fail) return later(std::move(out), delay, gateway_error(), &c_.errors);
+    later(std::move(out), delay, Response::json(200, json{{"refunded", true}, {"code", code}}.dump()),
+          &c_.refunds);
+  }
+
+  static Response gateway_error() {
+    return Response::error(503, "gateway_error", "the settlement gateway failed to process the request");
+  }
+
+  struct Draw {
+    Fate fate;
+    std::chrono::microseconds delay;
+    bool declined;
+    std::string code;
+  };
+
+  // Hang first, then error, then decline, as the shares of one uniform draw.
+  Draw draw(const char* prefix) {
+    std::lock_guard lk(rng_mu_);
+    const double u = unit_(rng_);
+    Draw d{Fate::answer, {}, false, {}};
+    if (u < o_.hang_rate) {
+      d.fate = Fate::hang;
+      return d;
+    }
+    if (u < o_.hang_rate + o_.error_rate)
+      d.fate = Fate::fail;
+    else if (u < o_.hang_rate + o_.error_rate + o_.decline_rate)
+      d.declined = true;
+    const double ms = o_.latency_ms + (unit_(rng_) * 2.0 - 1.0) * o_.jitter_ms;
+    d.delay = std::chrono::microseconds(ms > 0 ? static_cast<std::int64_t>(ms * 1000.0) : 0);
+    char code[24];
+    std::snprintf(code, sizeof code, "%s%08llX", prefix,
+                  static_cast<unsigned long long>(rng_() & 0xffffffffu));
+    d.code = code;
+    return d;
+  }
+
+  void hold(Responder out) {
+    c_.hung.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lk(hung_mu_);
+    hung_.push_back(std::move(out));
+  }
+
+  // Answers after `delay`, from the timer thread; counted when answered.
+  void later(Responder out, std::chrono::microseconds delay, Response r,
+             std::atomic<std::uint64_t>* counter) {
+    if (delay.count() == 0) {
+      counter->fetch_add(1, std::memory_order_relaxed);
+      out.respond(std::move(r));
+      return;
+    }
+    c_.in_flight.fetch_add(1, std::memory_order_relaxed);
+    auto timer = std::make_shared<asio::steady_timer>(timer_io_, delay);
+    timer->async_wait(
+        [this, timer, out = std::move(out), r = std::move(r), counter](const std::error_code&) mutable {
+          c_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+          counter->fetch_add(1, std::memory_order_relaxed);
+          out.respond(std::move(r));
+        });
+  }
+
+  const Options o_;
+  Counters c_;
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
+  std::uniform_real_distribution<double> unit_{0.0, 1.0};
+  std::mutex hung_mu_;
+  std::vector<Responder> hung_;
+  asio::io_context timer_io_{1};
+  asio::executor_work_guard<asio::io_context::executor_type> timer_work_;
+  std::thread timer_thread_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"The simulated settlement gateway of the troupe payment example, over HTTP."};
+  app.add_option("--host", o.host, "Address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "Port to listen on (0: any free port, printed)")->capture_default_str();
+  app.add_option("--latency-ms", o.latency_ms, "Mean answer latency in ms")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--jitter-ms", o.jitter_ms, "Latency jitter in ms: uniform in mean ± jitter")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--decline-rate", o.decline_rate, "Share of settlements declined")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--error-rate", o.error_rate, "Share of requests answered HTTP 503 (gateway error)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--hang-rate", o.hang_rate, "Share of requests never answered")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the random draws")->capture_default_str();
+  app.add_option("--io-threads", o.io_threads, "HTTP io threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  if (o.decline_rate + o.error_rate + o.hang_rate > 1.0) {
+    std::fprintf(stderr, "payment_gateway: --decline-rate + --error-rate + --hang-rate must not exceed 1\n");
+    return 2;
+  }
+
+  // SIGINT and SIGTERM are taken by sigwait() below; every thread started
+  // from here on inherits the mask, so none of them is interrupted.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  Gateway gateway(o);
+  troupe::http::ServerSettings settings;
+  settings.host = o.host;
+  settings.port = o.port;
+  settings.io_threads = o.io_threads;
+  // Hung requests never drain; stopping should not wait long for them.
+  settings.drain_timeout = std::chrono::milliseconds(500);
+  settings.log = [](std::string_view line) {
+    std::fprintf(stderr, "payment_gateway: %.*s\n", static_cast<int>(line.size()), line.data());
+  };
+  auto server = troupe::http::Server::start(settings, gateway.routes());
+  if (!server.ok()) {
+    std::fprintf(stderr, "payment_gateway: %s\n", server.error().to_string().c_str());
+    return 1;
+  }
+  std::printf("payment_gateway listening on http://%s:%u\n", o.host.c_str(),
+              static_cast<unsigned>((*server)->port()));
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "payment_gateway: %s, stopping; %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+               gateway.stats().dump().c_str());
+  (*server)->stop();
+  return 0;
+}
