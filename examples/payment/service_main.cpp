@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   app.add_option("--config", config_path, "the node's TOML config file (with a [payment] table)")->required();
   CLI11_PARSE(app, argc, argv);
+  troupe::node::Node::block_stop_signals();  // before any thread starts
 
   auto config = troupe::node::NodeConfig::load(config_path, {"payment"});
   if (!config.ok()) {

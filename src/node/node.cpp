@@ -749,15 +749,23 @@ namespace {
 std::atomic<Node*> g_signalled_node{nullptr};
 }  // namespace
 
-void Node::wait_for_stop_signal() {
-  // A thread waits for the signals (blocked in every thread this one
-  // starts from now on), so the handler-free sigwait can take the node's
-  // locks safely.
+void Node::block_stop_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void Node::wait_for_stop_signal() {
+  // A thread takes the signals with sigwait (no handler), so it may take
+  // the node's locks safely. They are blocked everywhere if the program
+  // called block_stop_signals() before starting the node.
+  block_stop_signals();
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
   g_signalled_node.store(this);
   std::thread waiter([set] {
     int sig = 0;

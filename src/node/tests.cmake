@@ -10,3 +10,12 @@ if(TARGET payment_service AND TARGET payment_gateway)
                    ${CMAKE_CURRENT_BINARY_DIR}/artifacts)
   set_tests_properties(dashboard_e2e PROPERTIES LABELS "node;e2e" TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+
+# payment_service_api: the payment service and its gateway as processes,
+# driven through the payment API (examples/payment/service_test.py).
+if(TARGET payment_service AND TARGET payment_gateway)
+  add_test(NAME payment_service_api
+           COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/examples/payment/service_test.py
+                   $<TARGET_FILE_DIR:payment_service>)
+  set_tests_properties(payment_service_api PROPERTIES LABELS "node;e2e" TIMEOUT 300)
+endif()

@@ -187,8 +187,13 @@ class Node {
   // (cluster) and entity types stop, processing entities finishing their
   // episode (E6). Idempotent; later calls return the first outcome.
   Result<void> drain();
-  // Blocks until SIGINT or SIGTERM (or a POST /drain finished), then drains.
-  // Call from the main thread; installs the signal handling.
+  // Blocks SIGINT and SIGTERM in the calling thread and so in every thread
+  // it starts afterwards. A program calls it first thing in main(), before
+  // Node::start creates threads: a signal must reach wait_for_stop_signal,
+  // not kill the process in some worker thread that left it unblocked.
+  static void block_stop_signals();
+  // Blocks until SIGINT or SIGTERM (or a POST /drain), then drains.
+  // Call from the main thread after block_stop_signals().
   void wait_for_stop_signal();
   // Asks wait_for_stop_signal() to return (as a signal would).
   void request_stop();
