@@ -192,6 +192,10 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     c.journal.path = path;
     TROUPE_TRY(pg, r.string("postgres", c.journal.postgres));
     c.journal.postgres = pg;
+    TROUPE_TRY(schema, r.string("schema", c.journal.schema));
+    if (schema.empty() || schema.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
+      return fail(bad("journal.schema: \"" + schema + "\" must be lower-case letters, digits and '_'"));
+    c.journal.schema = schema;
     if (backend == "postgres" && pg.empty())
       return fail(bad("journal.postgres: the postgres back end needs a connection string"));
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());

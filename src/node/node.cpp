@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "dashboard/assets.hpp"
@@ -198,6 +199,10 @@ struct Node::Impl {
   double messages_per_s = 0;
   // The cluster's shard map, refreshed by the sampler: (type, shard) -> (owner, epoch).
   json shard_map = json::array();
+  // Members seen in the last sample, and how many have gone since start
+  // (left or declared dead: a failover moves a dead member's shards).
+  std::set<std::string> last_members;
+  std::uint64_t members_departed = 0;
   // Members' load reports (cluster only).
   std::shared_ptr<LoadBoard> loads = std::make_shared<LoadBoard>();
   std::shared_ptr<const cluster::MessageCodecs<NodeLoad>> load_codec =
@@ -288,6 +293,14 @@ void Node::Impl::sample() {
 void Node::Impl::report_load() {
   auto* c = node->cluster_.get();
   if (!c) return;
+  {
+    std::set<std::string> now;
+    for (const auto& m : c->coordinator().members()) now.insert(m.id);
+    std::lock_guard lk(mu);
+    for (const auto& id : last_members)
+      if (!now.contains(id)) ++members_departed;
+    last_members = std::move(now);
+  }
   NodeLoad load;
   load.node = node->config_.id;
   load.admin = "http://" + node->config_.admin.host + ":" + std::to_string(node->admin_port());
@@ -378,6 +391,9 @@ void Node::Impl::collect(MetricsWriter& w) const {
     w.counter("troupe_entity_commands_failed_total", "Commands the runtime answered with an error, per type.").set(l, d(st.commands_failed));
     w.counter("troupe_journal_conflicts_total", "Appends refused because another writer holds the entity, per type.").set(l, d(st.journal_conflicts));
     w.gauge("troupe_shards_hosted", "Shards of the type hosted on this node.").set(l, d(t.shards_hosted()));
+    w.counter("troupe_shards_started_total",
+              "Shards of the type started on this node: at start, by a move or by a takeover from a dead member.")
+        .set(l, d(t.shards_started()));
   }
   if (metered) {
     Labels l = with({{"backend", std::string(metered->name())}});
@@ -428,6 +444,14 @@ void Node::Impl::collect(MetricsWriter& w) const {
     auto members = c->coordinator().members();
     w.gauge("troupe_cluster_members", "Live members of the cluster, as this node sees them.").set(node_label, d(members.size()));
     w.gauge("troupe_cluster_fenced", "1 while this node has lost its lease.").set(node_label, c->coordinator().is_fenced() ? 1 : 0);
+    std::uint64_t departed = 0;
+    {
+      std::lock_guard lk(mu);
+      departed = members_departed;
+    }
+    w.counter("troupe_cluster_members_departed_total",
+              "Members that left or were declared dead since this node started (each a failover or a drain).")
+        .set(node_label, d(departed));
     std::map<std::string, std::uint64_t> per_owner;
     json map;
     {
@@ -604,6 +628,7 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
   } else if (c.journal.backend == "postgres") {
     PostgresJournalOptions o;
     o.conninfo = c.journal.postgres;
+    o.schema = c.journal.schema;
     auto j = PostgresJournal::open(o);
     if (!j.ok()) return Error(j.error().code(), "journal.postgres: " + j.error().message());
     inner = std::move(*j);

@@ -17,6 +17,8 @@
 #include <thread>
 #include <variant>
 
+#include "../cluster/redis/redis_test_server.hpp"
+#include "../persist/postgres/postgres_test_server.hpp"
 #include "troupe/node/node.hpp"
 
 namespace {
@@ -93,6 +95,30 @@ troupe::EventCodecs<TallyEvent> tally_codecs() {
   c.add<HoldTimedOut>(
       "HoldTimedOut", 1, [](const HoldTimedOut&, troupe::ByteWriter&) {},
       [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<HoldTimedOut> { return r.finish(HoldTimedOut{}); });
+  return c;
+}
+
+troupe::cluster::MessageCodecs<TallyCommand> tally_commands() {
+  using troupe::ByteReader;
+  using troupe::ByteWriter;
+  auto i64 = [](const std::int64_t& v, ByteWriter& w) { w.i64(v); };
+  auto i64_back = [](ByteReader& r) -> troupe::Result<std::int64_t> {
+    std::int64_t v = r.i64();
+    return r.finish(v);
+  };
+  troupe::cluster::MessageCodecs<TallyCommand> c;
+  (void)c.add<Add>(
+      "tally.Add", [](const Add& m, ByteWriter& w) { w.i64(m.n); },
+      [](ByteReader& r) -> troupe::Result<Add> {
+        Add m;
+        m.n = r.i64();
+        return r.finish(std::move(m));
+      },
+      i64, i64_back);
+  (void)c.add<Hold>(
+      "tally.Hold", [](const Hold&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(Hold{}); }, i64, i64_back);
+  (void)c.add<Get>(
+      "tally.Get", [](const Get&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(Get{}); }, i64, i64_back);
   return c;
 }
 
@@ -298,6 +324,102 @@ TEST(NodeStart, AnAdminPortInUseIsNamedBySetting) {
       *NodeConfig::parse("[admin]\nport = " + std::to_string(port) + "\n[journal]\nbackend = \"memory\"\n", "b.toml"));
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.error().message().rfind("admin.port: ", 0), 0u) << second.error().message();
+}
+
+// Two nodes over a real redis-server: the admin API of either shows the
+// cluster, the other member's load, a rebalance that moves shards, and a
+// drain that hands its shards over.
+TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
+  troupe::test::RedisTestServer redis;
+  const std::string pg = troupe::test::shared_postgres_conninfo();
+  const std::string schema = troupe::test::fresh_schema();
+  auto dir = std::filesystem::temp_directory_path() / ("troupe-node-cluster-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto config = [&](const std::string& id) {
+    auto c = NodeConfig::parse("[node]\nid = \"" + id + "\"\ndata_dir = \"" + (dir / id).string() +
+                                   "\"\nthreads = 2\n[admin]\nport = 0\n"
+                                   // One journal for both: the cluster shares PostgreSQL.
+                                   "[journal]\nbackend = \"postgres\"\npostgres = \"" + pg + "\"\nschema = \"" +
+                                   schema + "\"\n"
+                                   "[cluster]\nredis = \"127.0.0.1:" + std::to_string(redis.port()) +
+                                   "\"\nlisten_port = 0\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
+                                   "takeover_margin_ms = 200\n[entities]\nshard_count = 16\nstop_timeout_ms = 500\n",
+                               id + ".toml");
+    EXPECT_TRUE(c.ok()) << c.error().to_string();
+    return *c;
+  };
+  auto start = [&](const std::string& id) {
+    auto n = Node::start(config(id));
+    EXPECT_TRUE(n.ok()) << n.error().to_string();
+    troupe::node::EntityTypeOptions<Tally> opts;
+    opts.type = "tally";
+    opts.events = tally_codecs();
+    opts.commands = tally_commands();
+    auto t = (*n)->serve_entities<Tally>(std::move(opts));
+    EXPECT_TRUE(t.ok()) << t.error().to_string();
+    (*n)->mark_ready();
+    return std::pair{std::move(*n), std::move(*t)};
+  };
+  auto [n1, t1] = start("a1");
+  auto get = [](std::uint16_t port, std::string method, std::string target) {
+    troupe::http::ClientSettings cs;
+    cs.port = port;
+    auto c = troupe::http::Client::create(cs);
+    troupe::http::ClientRequest r;
+    r.method = std::move(method);
+    r.target = std::move(target);
+    r.timeout = std::chrono::seconds(30);
+    auto resp = (*c)->request_sync(std::move(r));
+    EXPECT_TRUE(resp.ok());
+    return std::pair{resp->status, json::parse(resp->body, nullptr, false)};
+  };
+  // Alone, a1 holds every shard once something asks for them.
+  for (int i = 0; i < 40; ++i)
+    ASSERT_TRUE(t1.ask<std::int64_t>("k" + std::to_string(i), [](troupe::ReplyTo<std::int64_t> r) { return Add{1, std::move(r)}; }, 10s)
+                    .get()
+                    .ok());
+  auto [n2, t2] = start("a2");
+  // Until the shard map and both members' load reports are in: a few seconds.
+  json o;
+  for (int i = 0; i < 100; ++i) {
+    o = get(n1->admin_port(), "GET", "/api/overview").second;
+    bool both = o["members"].size() == 2;
+    for (const auto& m : o["members"]) both = both && !m["entities_active"].is_null();
+    if (both && o["shards"].size() == 16u) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_EQ(o["mode"], "cluster");
+  ASSERT_EQ(o["members"].size(), 2u) << o.dump();
+  for (const auto& m : o["members"]) {
+    EXPECT_TRUE(m["admin"].is_string()) << m.dump();
+    EXPECT_FALSE(m["entities_active"].is_null()) << "every member's load is known: " << m.dump();
+  }
+  ASSERT_EQ(o["shards"].size(), 16u);
+
+  auto [status, moved] = get(n2->admin_port(), "POST", "/rebalance");
+  EXPECT_EQ(status, 200) << moved.dump();
+  EXPECT_EQ(moved["moves"], 8) << "a2 takes half of a1's 16 shards: " << moved.dump();
+
+  // Every tally still answers from whichever node, with its value.
+  for (int i = 0; i < 40; ++i) {
+    auto v = t2.ask<std::int64_t>("k" + std::to_string(i), [](troupe::ReplyTo<std::int64_t> r) { return Get{std::move(r)}; }, 10s).get();
+    ASSERT_TRUE(v.ok()) << v.error().to_string();
+    EXPECT_EQ(*v, 1);
+  }
+
+  // Draining a2 hands its shards back to a1.
+  auto [drain_status, drained] = get(n2->admin_port(), "POST", "/drain");
+  EXPECT_EQ(drain_status, 202);
+  ASSERT_TRUE(n2->drain().ok());
+  for (int i = 0; i < 40; ++i) {
+    auto v = t1.ask<std::int64_t>("k" + std::to_string(i), [](troupe::ReplyTo<std::int64_t> r) { return Get{std::move(r)}; }, 10s).get();
+    ASSERT_TRUE(v.ok()) << v.error().to_string();
+    EXPECT_EQ(*v, 1);
+  }
+  n2.reset();
+  n1.reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

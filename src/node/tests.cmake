@@ -1,3 +1,9 @@
+# node_tests' cluster test uses the PostgreSQL server the persist layer's
+# fixture starts for the whole run (a journal both nodes share).
+list(APPEND TROUPE_NODE_TEST_FIXTURES troupe_postgres)
+list(APPEND TROUPE_NODE_TEST_ENV "TROUPE_TEST_POSTGRES_STATE=${TROUPE_PG_STATE}")
+target_link_libraries(node_tests PRIVATE PkgConfig::LIBPQ)
+
 # The node layer's extra tests, included by the top-level CMakeLists.txt
 # inside its tests section.
 #

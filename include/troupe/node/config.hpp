@@ -15,6 +15,7 @@
 //   backend = "sqlite"            # sqlite | postgres | memory
 //   path = "journal.db"           # sqlite: relative to node.data_dir
 //   postgres = ""                 # postgres: a libpq connection string
+//   schema = "public"             # postgres: the schema holding the tables
 //
 //   [cluster]                     # absent: a single node, no Redis
 //   redis = "127.0.0.1:6379"
@@ -88,6 +89,7 @@ struct JournalConfig {
   std::string backend = "sqlite";  // sqlite | postgres | memory
   std::string path = "journal.db";
   std::string postgres;  // libpq connection string
+  std::string schema = "public";  // postgres: the schema holding the tables
 };
 
 struct ClusterConfig {

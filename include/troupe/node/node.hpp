@@ -56,6 +56,7 @@ struct EntityTypeView {
   std::uint32_t shard_count = 0;
   std::function<EntityStats()> stats;
   std::function<std::uint64_t()> shards_hosted;
+  std::function<std::uint64_t()> shards_started;  // here, since start: moves and takeovers
   std::function<std::vector<ProcessingEntity>(std::size_t)> processing;
   std::function<std::optional<ProcessingEntity>(const std::string&)> processing_of;
   std::function<std::size_t()> processing_count;
@@ -148,6 +149,7 @@ class Node {
       view.shard_count = region.shard_count();
       view.stats = [region] { return region.stats().entities; };
       view.shards_hosted = [region] { return region.stats().shards_hosted; };
+      view.shards_started = [region] { return region.stats().shards_started; };
       view.processing = [region](std::size_t n) { return region.processing(n); };
       view.processing_of = [region](const std::string& id) { return region.processing_of(id); };
       view.processing_count = [region] { return region.processing_count(); };
@@ -161,6 +163,7 @@ class Node {
     view.shard_count = 1;
     view.stats = [reg] { return reg.stats(); };
     view.shards_hosted = [] { return std::uint64_t{1}; };
+    view.shards_started = [] { return std::uint64_t{1}; };
     view.processing = [reg](std::size_t n) { return reg.processing(n); };
     view.processing_of = [reg](const std::string& id) { return reg.processing_of(id); };
     view.processing_count = [reg] { return reg.processing_count(); };
