@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "../../src/node/tally_test_entity.hpp"
 #include "commands.hpp"
 #include "troupe/node/node.hpp"
 
@@ -27,78 +28,8 @@ using json = nlohmann::json;
 using troupe::node::Node;
 using troupe::node::NodeConfig;
 namespace ctl = troupe::ctl;
+using namespace troupe::node::test;
 
-// --- a small entity: a tally that can be held in a processing episode --------------
-
-struct Add {
-  std::int64_t n = 0;
-  troupe::ReplyTo<std::int64_t> reply_to;
-};
-struct Hold {
-  troupe::ReplyTo<std::int64_t> reply_to;
-};
-struct Get {
-  troupe::ReplyTo<std::int64_t> reply_to;
-};
-using TallyCommand = std::variant<Add, Hold, Get>;
-struct Added {
-  std::int64_t n = 0;
-};
-struct Held {};
-struct HoldTimedOut {};
-using TallyEvent = std::variant<Added, Held, HoldTimedOut>;
-struct TallyState {
-  std::int64_t total = 0;
-  bool held = false;
-};
-
-struct Tally {
-  using Command = TallyCommand;
-  using Event = TallyEvent;
-  using State = TallyState;
-  using Effect = troupe::Effect<Event, State>;
-
-  Effect on_command(const State& s, Command& c, troupe::EntityContext<Tally>&) {
-    return troupe::match(
-        c,
-        [&](Add& a) {
-          return Effect::persist(Added{a.n}).then_reply(a.reply_to, [](const State& st) { return st.total; });
-        },
-        [&](Hold& h) {
-          return Effect::persist(Held{}).then_reply(h.reply_to, [](const State& st) { return st.total; });
-        },
-        [&](Get& g) { return Effect::reply(g.reply_to, s.total); });
-  }
-  void on_event(State& s, const Event& e) const {
-    troupe::match(
-        e, [&](const Added& a) { s.total += a.n; }, [&](const Held&) { s.held = true; },
-        [&](const HoldTimedOut&) { s.held = false; });
-  }
-  std::optional<troupe::Processing<Event>> processing(const State& s) const {
-    if (!s.held) return std::nullopt;
-    return troupe::Processing<Event>{std::chrono::hours(1), HoldTimedOut{}};
-  }
-};
-
-troupe::EventCodecs<TallyEvent> tally_codecs() {
-  troupe::EventCodecs<TallyEvent> c;
-  c.add<Added>(
-      "Added", 1, [](const Added& e, troupe::ByteWriter& w) { w.i64(e.n); },
-      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<Added> {
-        Added e;
-        e.n = r.i64();
-        return r.finish(std::move(e));
-      });
-  c.add<Held>(
-      "Held", 1, [](const Held&, troupe::ByteWriter&) {},
-      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<Held> { return r.finish(Held{}); });
-  c.add<HoldTimedOut>(
-      "HoldTimedOut", 1, [](const HoldTimedOut&, troupe::ByteWriter&) {},
-      [](std::uint32_t, troupe::ByteReader& r) -> troupe::Result<HoldTimedOut> {
-        return r.finish(HoldTimedOut{});
-      });
-  return c;
-}
 
 // --- helpers -----------------------------------------------------------------------
 
