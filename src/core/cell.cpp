@@ -133,6 +133,9 @@ Delivery CellBase::push_system(Envelope* e) noexcept {
   if (old == kClosed) return Delivery::dead_letter;
   bool external = !system_->scheduler.on_worker_thread();
   if (external) system_->external_inflight.fetch_add(1, std::memory_order_seq_cst);
+  // Read before the push: once pushed, the envelope is the recipient's,
+  // which may run and free it at once.
+  const bool user = e->sys == nullptr;
   Delivery d = Delivery::delivered;
   for (;;) {
     if (old == kClosed) {
@@ -141,7 +144,7 @@ Delivery CellBase::push_system(Envelope* e) noexcept {
     }
     e->next = (old == kIdle) ? nullptr : old;
     if (head_.compare_exchange_weak(old, e, std::memory_order_acq_rel, std::memory_order_acquire)) {
-      if (!e->sys) system_->scheduler.count_delivered(1);
+      if (user) system_->scheduler.count_delivered(1);
       if (old == kIdle) system_->scheduler.schedule(this);
       break;
     }
