@@ -218,7 +218,7 @@ struct Node::Impl {
   bool stop_requested = false;
   bool sampler_stop = false;
   std::thread sampler;
-  std::thread drainer;
+  std::vector<std::thread> rebalancers;  // under mu
 
   void push_point(std::deque<double>& d, double v) {
     d.push_back(v);
@@ -561,8 +561,10 @@ http::Router Node::Impl::routes() {
       std::lock_guard lk(mu);
       for (const auto& t : types) names.push_back(t.type);
     }
-    // rebalance_all waits on Redis: off the io thread.
-    std::thread([c, names, out = std::move(out)]() mutable {
+    // rebalance_all waits on Redis: off the io thread, on a thread the
+    // node joins before it stops the cluster.
+    std::lock_guard lk(mu);
+    rebalancers.emplace_back([c, names, out = std::move(out)]() mutable {
       json moves = json::array();
       for (const auto& type : names) {
         auto f = c->coordinator().rebalance_all(cluster::detail::shard_group(type));
@@ -575,7 +577,7 @@ http::Router Node::Impl::routes() {
           moves.push_back({{"type", type}, {"shard", m.unit}, {"from", m.from}, {"to", m.to}, {"epoch", m.epoch}});
       }
       out.respond(json_response(200, {{"moves", moves.size()}, {"moved", moves}}));
-    }).detach();
+    });
   });
   r.add("POST", "/drain", [this](http::Request&, http::Responder out) {
     bool was = draining.exchange(true);
@@ -697,6 +699,12 @@ Node::~Node() {
   impl_->stop_cv.notify_all();
   if (impl_->sampler.joinable()) impl_->sampler.join();
   if (impl_->admin) impl_->admin->stop();
+  std::vector<std::thread> rebalancers;
+  {
+    std::lock_guard lk(impl_->mu);
+    rebalancers.swap(impl_->rebalancers);
+  }
+  for (auto& t : rebalancers) t.join();
   cluster_.reset();
   if (system_) system_->shutdown();
   {
