@@ -8,20 +8,9 @@
 // node processes (cluster_test_node) on 127.0.0.1, and drives them from this
 // process through the nodes' "ctl" actors, as the multi-process tests do.
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,6 +20,7 @@
 #include "cluster/sharding/cluster_test_protocol.hpp"
 #include "cluster/sharding/node_process.hpp"
 #include "common/report.hpp"
+#include "processes.hpp"
 #include "troupe/cluster/remote.hpp"
 #include "troupe/cluster/sharding.hpp"
 #include "troupe/core.hpp"
@@ -45,83 +35,9 @@ using namespace troupe;
 using namespace troupe::cluster;
 using namespace troupe::cluster::proc;
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "bench_troupe: cluster: %s\n", what.c_str());
-  std::exit(1);
-}
+[[noreturn]] void die(const std::string& what) { proc::fail(what); }
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t n = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-bool port_open(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  close(fd);
-  return ok;
-}
-
-// PostgreSQL, Redis and a directory of its own for one run; all stopped and
-// removed when it goes.
-class Servers {
- public:
-  Servers() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "troupe-bench-cluster-XXXXXX").string();
-    if (!mkdtemp(pattern.data())) die("mkdtemp");
-    dir_ = pattern;
-    pg_state_ = dir_ + "/pg.state";
-    if (std::system((std::string(TROUPE_BENCH_PG_SERVER) + " start " + pg_state_ + " >&2").c_str()) != 0)
-      die("PostgreSQL did not start");
-    std::ifstream in(pg_state_);
-    std::getline(in, conninfo_);
-    redis_port_ = free_port();
-    redis_pid_ = fork();
-    if (redis_pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      int null = open("/dev/null", O_WRONLY);
-      dup2(null, 1);
-      dup2(null, 2);
-      std::string port = std::to_string(redis_port_);
-      execlp("redis-server", "redis-server", "--port", port.c_str(), "--bind", "127.0.0.1", "--dir", dir_.c_str(),
-             "--save", "", "--appendonly", "no", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    auto until = std::chrono::steady_clock::now() + 20s;
-    while (!port_open(redis_port_)) {
-      if (std::chrono::steady_clock::now() > until) die("redis-server did not start");
-      std::this_thread::sleep_for(20ms);
-    }
-  }
-  ~Servers() {
-    if (redis_pid_ > 0) {
-      kill(redis_pid_, SIGKILL);
-      waitpid(redis_pid_, nullptr, 0);
-    }
-    (void)std::system((std::string(TROUPE_BENCH_PG_SERVER) + " stop " + pg_state_ + " >&2").c_str());
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  const std::string& conninfo() const { return conninfo_; }
-  int redis_port() const { return redis_port_; }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_, pg_state_, conninfo_;
-  int redis_port_ = 0;
-  pid_t redis_pid_ = -1;
-};
+using proc::Servers;
 
 class Driver {
  public:
@@ -194,10 +110,8 @@ class Driver {
   std::map<std::string, std::unique_ptr<NodeProcess>> nodes_;
 };
 
-}  // namespace
-
-void failover() {
-  Servers servers;
+void run_failover() {
+  Servers servers(TROUPE_BENCH_PG_SERVER);
   Driver d(servers, 30);
   for (auto id : {"n1", "n2", "n3"}) d.start(id);
   d.await_members(3);
@@ -223,9 +137,9 @@ void failover() {
   bench::report("failover", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), "s");
 }
 
-void rebalance() {
+void run_rebalance() {
   constexpr std::uint32_t kShards = 1000;
-  Servers servers;
+  Servers servers(TROUPE_BENCH_PG_SERVER);
   Driver d(servers, kShards);
   for (auto id : {"n1", "n2", "n3"}) d.start(id);
   d.await_members(3);
@@ -257,6 +171,12 @@ void rebalance() {
   bench::report("rebalance", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), "s");
   bench::report("rebalance_moves", static_cast<double>(moved.value()), "shards");
 }
+
+}  // namespace
+
+// Both throw on failure; guarded() stops what they started, then exits 1.
+void failover() { proc::guarded("failover", run_failover); }
+void rebalance() { proc::guarded("rebalance", run_rebalance); }
 
 }  // namespace troupe_bench
 

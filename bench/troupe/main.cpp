@@ -25,6 +25,7 @@ void process_manager();                  // process_manager.cpp
 void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable}_c{1,50}[_prio]
 void failover();                         // cluster.cpp
 void rebalance();                        // cluster.cpp
+void payments();                         // payments.cpp
 void remote_tell();                      // remote.cpp
 void remote_ask();                       // remote.cpp
 int remote_server(const std::string& workload, const char* fd_arg);  // remote.cpp: the second process
@@ -368,6 +369,8 @@ int main(int argc, char** argv) {
     troupe_bench::failover();
   } else if (w == "rebalance") {
     troupe_bench::rebalance();
+  } else if (w == "payments") {
+    troupe_bench::payments();
   } else if (w == "remote_tell") {
     troupe_bench::remote_tell();
   } else if (w == "remote_ask") {

@@ -1,0 +1,297 @@
+// The payments workload, troupe only: payments/s end to end through the
+// payment service example (examples/payment), each payment one POST
+// /payments answered with its outcome: HTTP -> process manager -> customer
+// lock -> payment entity -> journal -> gateway (its own HTTP process,
+// answering in 1 ms) -> journal -> reply.
+//   payments_1node{,_p50,_p99}  one payment_service, SQLite journal in a
+//                               temporary directory (default durability);
+//   payments_3node{,_p50,_p99}  three payment_service nodes in a cluster,
+//                               placement in redis-server, journal in
+//                               PostgreSQL (both our own, on 127.0.0.1).
+// The load is payment_loadgen, closed loop: a fixed number of payments in
+// flight, each answer sending the next; 3 s of warm-up, then 12 s measured.
+// Throughput counts every payment answered with an outcome (completed, or
+// failed as the gateway declined 3 %); latency is from send to answer.
+// Everything runs on this machine, load generator included, so the numbers
+// are those of the whole path sharing its cores.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/report.hpp"
+#include "processes.hpp"
+#include "troupe/node/http.hpp"
+
+#if defined(TROUPE_BENCH_PAYMENT_SERVICE) && defined(TROUPE_BENCH_PAYMENT_GATEWAY) && \
+    defined(TROUPE_BENCH_PAYMENT_LOADGEN) && defined(TROUPE_BENCH_PG_SERVER)
+
+namespace troupe_bench {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using proc::Child;
+using proc::fail;
+
+// Payments in flight, closed loop, in total over the generators. On the
+// 2-core machine the figures were taken on (generator, gateway and service
+// sharing the cores), one node gave (medians of 16 runs) 8,000 payments/s
+// with p99 19 ms at 64, 10,100 with p99 27 ms at 128 and 11,400 with p99
+// 43 ms at 256: 64 leaves the node short of saturation, 256 is the best
+// throughput with p99 still under the 50 ms of the issue's bar; beyond it
+// more payments in flight only queue. The cluster gets the same total
+// (85-86 per node), so both rows offer the same load; its throughput was
+// the same from 64 to 256 in flight, only its latency grows with them.
+constexpr int kConcurrency = 256;
+constexpr double kWarmupS = 3;
+constexpr double kMeasureS = 12;
+constexpr int kShards = 64;  // entities.shard_count of the cluster's nodes
+
+// The gateway of the issue's bar: answers in 1 ms, declines 3 %, never
+// fails or hangs.
+std::unique_ptr<Child> start_gateway(const std::string& dir, int& port) {
+  auto gw = std::make_unique<Child>(
+      "payment_gateway",
+      std::vector<std::string>{TROUPE_BENCH_PAYMENT_GATEWAY, "--port", "0", "--latency-ms", "1",
+                               "--jitter-ms", "0", "--decline-rate", "0.03", "--error-rate", "0",
+                               "--hang-rate", "0"},
+      dir + "/gateway.log");
+  std::string line = gw->await_line("payment_gateway listening on http://", 30s);
+  port = std::stoi(line.substr(line.rfind(':') + 1));
+  return gw;
+}
+
+// One payment_service and the ports it printed.
+struct Service {
+  std::unique_ptr<Child> process;
+  int api_port = 0;
+  int admin_port = 0;
+};
+
+// "payment_service <id>: payments on http://HOST:PORT, dashboard on http://HOST:PORT/"
+Service start_service(const std::string& dir, const std::string& id, const std::string& config) {
+  std::string path = dir + "/" + id + ".toml";
+  std::ofstream(path) << config;
+  Service s;
+  s.process = std::make_unique<Child>(
+      id, std::vector<std::string>{TROUPE_BENCH_PAYMENT_SERVICE, "--config", path}, dir + "/" + id + ".log");
+  std::string line = s.process->await_line("payment_service " + id + ": payments on http://", 90s);
+  auto port_after = [&](const std::string& key) {
+    auto at = line.find(key);
+    if (at == std::string::npos) fail(id + ": unexpected start line: " + line);
+    auto colon = line.find(':', line.find("://", at) + 3);
+    return std::stoi(line.substr(colon + 1));
+  };
+  s.api_port = port_after("payments on ");
+  s.admin_port = port_after("dashboard on ");
+  return s;
+}
+
+std::string node_config(const std::string& dir, const std::string& id, int gateway_port) {
+  return "[node]\nid = \"" + id + "\"\ndata_dir = \"" + dir + "/" + id +
+         "\"\n\n[admin]\nport = 0\n\n[payment]\nport = 0\n" +
+         "gateway = \"127.0.0.1:" + std::to_string(gateway_port) + "\"\n";
+}
+
+// What one payment_loadgen --json printed.
+struct Load {
+  double throughput = 0;
+  double p50 = 0;
+  double p99 = 0;
+};
+
+// Generator `i`'s part of `total` payments in flight, split as evenly as
+// `n` generators allow.
+int share(int total, std::size_t n, std::size_t i) {
+  const int k = static_cast<int>(n);
+  return total / k + (static_cast<int>(i) < total % k ? 1 : 0);
+}
+
+// Runs one load generator per URL at once, `concurrency` in flight over
+// all of them (split evenly), for `measure_s` after `warmup_s`, or (with
+// `payments` > 0) until each sent that many. Fails unless every one
+// finished with no errors and some payments completed.
+std::vector<Load> run_load(const std::string& dir, const std::vector<int>& api_ports, int concurrency,
+                           double warmup_s, double measure_s, long payments = 0) {
+  static int runs = 0;
+  ++runs;
+  std::vector<std::unique_ptr<Child>> gens;
+  for (std::size_t i = 0; i < api_ports.size(); ++i) {
+    std::string name = "payment_loadgen " + std::to_string(i + 1);
+    // Refunds are another path (a job through the gateway): none, the rows
+    // time settlements alone. A seed per generator and run keeps the order
+    // ids apart, so each POST is a new payment.
+    std::vector<std::string> argv = {TROUPE_BENCH_PAYMENT_LOADGEN, "--url",
+                                     "http://127.0.0.1:" + std::to_string(api_ports[i])};
+    argv.insert(argv.end(), {"--concurrency", std::to_string(share(concurrency, api_ports.size(), i)),
+                             "--warmup-s", std::to_string(warmup_s), "--refund-rate", "0", "--seed",
+                             std::to_string(runs * 100 + static_cast<int>(i) + 1), "--json", "--quiet"});
+    if (payments > 0) {
+      argv.insert(argv.end(), {"--payments", std::to_string(payments)});
+    } else {
+      argv.insert(argv.end(), {"--duration-s", std::to_string(measure_s)});
+    }
+    std::string log = dir + "/loadgen-" + std::to_string(runs) + "-" + std::to_string(i + 1) + ".log";
+    gens.push_back(std::make_unique<Child>(name, argv, log));
+  }
+  std::vector<Load> loads;
+  for (auto& gen : gens) {
+    auto& g = *gen;
+    // Generous: a generator that is still running this long after its
+    // duration is stuck.
+    int status = g.wait(std::chrono::seconds(static_cast<long>(warmup_s + measure_s) + 60));
+    std::string out = g.output();
+    // stderr shares the log; the summary is the line holding a JSON object.
+    json j;
+    std::stringstream lines(out);
+    for (std::string l; std::getline(lines, l);) {
+      if (l.empty() || l.front() != '{') continue;
+      j = json::parse(l, nullptr, false);
+    }
+    if (status != 0 || !j.is_object())
+      fail(g.name() + " exited with status " + std::to_string(status) + ": " + proc::tail(out));
+    auto count = [&](const char* k) { return j.value(k, std::uint64_t{0}); };
+    if (count("errors") > 0) {
+      fail(g.name() + ": " + std::to_string(count("errors")) + " errors, the first: " +
+           (j["first_error"].is_string() ? j["first_error"].get<std::string>() : std::string("?")));
+    }
+    if (count("completed") == 0) fail(g.name() + ": no payment completed: " + proc::tail(out));
+    for (const char* k : {"refused", "timed_out", "gateway_error", "failed_other", "unsettled"}) {
+      if (count(k) > 0)
+        std::fprintf(stderr, "bench_troupe: payments: note: %s: %s = %llu\n", g.name().c_str(), k,
+                     static_cast<unsigned long long>(count(k)));
+    }
+    Load l;
+    l.throughput = j.value("throughput", 0.0);
+    l.p50 = j["latency_ms"].value("p50", 0.0);
+    l.p99 = j["latency_ms"].value("p99", 0.0);
+    loads.push_back(l);
+  }
+  return loads;
+}
+
+// Throughput: the sum. Latency: with more than one generator, the largest
+// of their percentiles, which bounds the percentile of all their payments
+// together from above (each has at most 1 % of its payments above its own
+// p99, so all together have at most 1 % above the largest).
+void report(const std::string& name, const std::vector<Load>& loads) {
+  Load total;
+  for (const auto& l : loads) {
+    total.throughput += l.throughput;
+    total.p50 = std::max(total.p50, l.p50);
+    total.p99 = std::max(total.p99, l.p99);
+  }
+  bench::report(name.c_str(), total.throughput, "payments/s");
+  bench::report((name + "_p99").c_str(), total.p99, "ms");
+  bench::report((name + "_p50").c_str(), total.p50, "ms");
+}
+
+json get_json(int port, const std::string& target) {
+  troupe::http::ClientSettings cs;
+  cs.port = static_cast<std::uint16_t>(port);
+  cs.max_connections = 1;
+  auto client = troupe::http::Client::create(cs);
+  if (!client.ok()) return nullptr;
+  auto r = (*client)->request_sync("GET", target, "", "", std::chrono::seconds(5));
+  if (!r.ok() || r->status != 200) return nullptr;
+  return json::parse(r->body, nullptr, false);
+}
+
+// Polls GET /cluster on each node until `ok` holds for its answer.
+template <class Ok>
+void await_cluster(const std::vector<Service>& nodes, const char* what, Ok ok) {
+  auto until = std::chrono::steady_clock::now() + 90s;
+  for (const auto& n : nodes) {
+    for (;;) {
+      json c = get_json(n.admin_port, "/cluster");
+      if (c.is_object() && ok(c)) break;
+      if (auto st = n.process->exited())
+        fail(n.process->name() + " exited with status " + std::to_string(*st) + ": " +
+             proc::tail(n.process->output()));
+      if (std::chrono::steady_clock::now() > until)
+        fail(n.process->name() + " never saw " + what +
+             "; GET /cluster: " + (c.is_discarded() ? "?" : c.dump()));
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+}
+
+void one_node() {
+  proc::TempDir dir("troupe-bench-payments");
+  int gateway_port = 0;
+  auto gateway = start_gateway(dir.path(), gateway_port);
+  // The SQLite journal as configured by default: every event durable
+  // before it is acknowledged.
+  auto node =
+      start_service(dir.path(), "pay-1",
+                    node_config(dir.path(), "pay-1", gateway_port) + "\n[journal]\nbackend = \"sqlite\"\n");
+  report("payments_1node", run_load(dir.path(), {node.api_port}, kConcurrency, kWarmupS, kMeasureS));
+}
+
+void three_nodes() {
+  proc::Servers servers(TROUPE_BENCH_PG_SERVER);
+  const std::string& dir = servers.dir();
+  int gateway_port = 0;
+  auto gateway = start_gateway(dir, gateway_port);
+  std::vector<Service> nodes;
+  std::vector<std::string> ids = {"pay-1", "pay-2", "pay-3"};
+  for (const auto& id : ids) {
+    std::string config = node_config(dir, id, gateway_port) +
+                         "\n[journal]\nbackend = \"postgres\"\npostgres = \"" + servers.conninfo() +
+                         "\"\n\n[cluster]\nredis = \"127.0.0.1:" + std::to_string(servers.redis_port()) +
+                         "\"\nlisten_port = 0\n\n[entities]\nshard_count = " + std::to_string(kShards) + "\n";
+    nodes.push_back(start_service(dir, id, config));
+  }
+  await_cluster(nodes, "3 members",
+                [](const json& c) { return c.value("members", json::array()).size() == 3; });
+  // Shards are placed on first use (on the least loaded member): a few
+  // payments through every node place them all before the clock starts.
+  std::vector<int> ports;
+  for (const auto& n : nodes) ports.push_back(n.api_port);
+  (void)run_load(dir, ports, 3 * 8, 0, 0, 500);
+  await_cluster(nodes, "every shard placed on the 3 members", [&](const json& c) {
+    std::set<long> shards;
+    std::set<std::string> owners;
+    for (const auto& s : c.value("shards", json::array())) {
+      if (s.value("type", "") != "payment") continue;
+      shards.insert(s.value("shard", -1L));
+      owners.insert(s.value("owner", ""));
+    }
+    return shards.size() == static_cast<std::size_t>(kShards) &&
+           owners == std::set<std::string>(ids.begin(), ids.end());
+  });
+  report("payments_3node", run_load(dir, ports, kConcurrency, kWarmupS, kMeasureS));
+}
+
+}  // namespace
+
+void payments() {
+  proc::guarded("payments", [] {
+    one_node();
+    three_nodes();
+  });
+}
+
+}  // namespace troupe_bench
+
+#else
+
+namespace troupe_bench {
+void payments() {
+  std::fprintf(stderr,
+               "bench_troupe: payments needs payment_service, payment_gateway, payment_loadgen and the test "
+               "binaries (configure with TROUPE_BUILD_TESTS=ON)\n");
+  std::exit(2);
+}
+}  // namespace troupe_bench
+
+#endif
