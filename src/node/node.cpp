@@ -66,7 +66,7 @@ json number_or_null(double v) { return std::isnan(v) ? json(nullptr) : json(v); 
 class MeteredJournal final : public Journal {
  public:
   MeteredJournal(std::shared_ptr<Journal> inner, std::shared_ptr<Histogram> latency)
-      : inner_(std::move(inner)), latency_(std::move(latency)) {}
+      : latency_(std::move(latency)), inner_(std::move(inner)) {}
 
   void append(AppendBatch batch, Callback<void> done) override {
     events_.fetch_add(batch.events.size(), std::memory_order_relaxed);
@@ -112,8 +112,11 @@ class MeteredJournal final : public Journal {
   std::atomic<std::uint64_t> events_{0}, appends_{0}, failures_{0};
 
  private:
-  std::shared_ptr<Journal> inner_;
+  // The histogram first: the back end is destroyed first (members go in
+  // reverse order), and its destructor may still complete appends whose
+  // callbacks observe into the histogram.
   std::shared_ptr<Histogram> latency_;
+  std::shared_ptr<Journal> inner_;
 };
 
 // One node's load, sent to every member once a second so that any node's
