@@ -126,6 +126,7 @@ class Node {
 
   // Serves entity type B on this node (registry) or across the cluster
   // (shard region). invalid_argument for a type already served or bad codecs.
+  // Not thread-safe: call during start-up, from one thread, before drain().
   template <class B>
   Result<Entities<B>> serve_entities(EntityTypeOptions<B> options, Describe describe = {}) {
     EntitySettings es;
