@@ -211,6 +211,10 @@ struct JobCore {
   std::condition_variable stop_cv;
   int down = 0;
 
+  // The error that stopped the service, if one did (health()).
+  mutable std::mutex failure_mu;
+  std::optional<Error> failure;
+
   void log(const std::string& what) const {
     if (settings.log) std::fprintf(stderr, "troupe: job service '%s': %s\n", settings.name.c_str(), what.c_str());
   }
@@ -234,6 +238,14 @@ struct JobCore {
   ActorRef<FsmMsg> spawn_fsm(std::size_t slot, std::uint64_t gen);
   void watchdog_scan(TimePoint now);
   void begin_stop();
+  // A fault the service cannot go on after (another writer in its journal
+  // log): remembered for health() and every later submit, logged, and the
+  // service stops. The first fault wins.
+  void fail(Error e);
+  std::optional<Error> failed_with() const {
+    std::lock_guard lk(failure_mu);
+    return failure;
+  }
   bool wait_stopped(Duration bound);
   void note_down(int which) {
     std::lock_guard lk(stop_mu);
@@ -899,6 +911,10 @@ class JobProxy final : public Actor<ProxyMsg> {
     } else {
       job_bump(core_->journal_failures);
       core_->log("journal append failed: " + r.error().to_string());
+      // Another writer holds this log: every later append would be
+      // refused the same way, so nothing this service accepts could ever
+      // be stored. Stop, loudly, instead of refusing jobs one by one.
+      const bool taken = r.error().code() == ErrorCode::journal_conflict;
       if (!in_flight_.empty()) {
         core_->backlog.fetch_sub(static_cast<std::int64_t>(in_flight_.size()), std::memory_order_relaxed);
         Error e(r.error().code(), "job not accepted: the journal append failed: " + r.error().message());
@@ -910,6 +926,15 @@ class JobProxy final : public Actor<ProxyMsg> {
       // The jobs did finish; told so, they may run again after a restart
       // since their outcome is not in the journal.
       for (auto& [rec, out] : finished_in_flight_) core_->deliver(rec, std::move(out));
+      if (taken) {
+        in_flight_.clear();
+        finished_in_flight_.clear();
+        core_->fail(Error(ErrorCode::journal_conflict,
+                          "another writer appended to its journal log '" + core_->pid + "' (" + r.error().message() +
+                              "). A durable job service needs its log to itself: on a journal shared by several "
+                              "nodes use troupe::cluster::start_job_service"));
+        return;
+      }
     }
     in_flight_.clear();
     finished_in_flight_.clear();
@@ -1132,6 +1157,17 @@ void JobCore::begin_stop() {
   if (proxy.tell(PStop{}) != Delivery::delivered) note_down(kProxyDown);
 }
 
+void JobCore::fail(Error e) {
+  {
+    std::lock_guard lk(failure_mu);
+    if (failure) return;
+    failure = e;
+  }
+  // Logged whatever settings.log says: the service is gone.
+  std::fprintf(stderr, "troupe: job service '%s' stopped: %s\n", settings.name.c_str(), e.to_string().c_str());
+  begin_stop();
+}
+
 bool JobCore::wait_stopped(Duration bound) {
   const auto until = std::chrono::steady_clock::now() + bound;
   std::unique_lock lk(stop_mu);
@@ -1146,8 +1182,11 @@ bool JobCore::wait_stopped(Duration bound) {
 }
 
 Result<Duration> JobCore::admit(std::optional<Duration> timeout) {
-  if (stopping.load(std::memory_order_acquire))
+  if (stopping.load(std::memory_order_acquire)) {
+    if (auto f = failed_with())
+      return Error(f->code(), "job service '" + settings.name + "' has stopped: " + f->message());
     return Error(ErrorCode::shutting_down, "job service '" + settings.name + "' is stopping");
+  }
   Duration t = timeout.value_or(settings.default_timeout);
   if (t <= Duration::zero())
     return Error(ErrorCode::invalid_argument, "job timeout must be positive, got " + std::to_string(t.count()) + " ns");
@@ -1467,6 +1506,11 @@ Result<void> JobService::stop(Duration bound) const {
   if (core_->wait_stopped(bound)) return {};
   return Error(ErrorCode::timeout, "job service '" + core_->settings.name + "': queue or proxy still running after " +
                                        detail::job_ms(bound));
+}
+
+Result<void> JobService::health() const {
+  if (auto f = core_->failed_with()) return std::move(*f);
+  return {};
 }
 
 const JobSettings& JobService::settings() const noexcept { return core_->settings; }

@@ -117,6 +117,7 @@ using JobWorkers = std::map<std::string, JobWorker, std::less<>>;
 namespace detail {
 struct JobAttempt;
 struct JobCore;
+class JobBackend;
 }  // namespace detail
 
 // The right to finish one attempt of one job, given to a worker function.
@@ -244,6 +245,29 @@ struct JobDeadLetter {
   std::string reason;  // the last failure's reason, or what timed out
 };
 
+namespace detail {
+// What a JobService handle calls: the service of this process, or another
+// implementation of the same contract (troupe::cluster::start_job_service,
+// a queue sharded over the nodes of a cluster). Each member has the
+// meaning of the JobService member of the same name. Implementations are
+// thread-safe.
+class JobBackend {
+ public:
+  virtual ~JobBackend() = default;
+  virtual Future<JobOutcome> submit(Job job, int priority, std::optional<Duration> timeout) = 0;
+  virtual Future<JobId> enqueue(Job job, int priority, std::optional<Duration> timeout) = 0;
+  virtual void pause() = 0;
+  virtual void resume() = 0;
+  virtual JobStats stats() const = 0;
+  virtual std::vector<JobDeadLetter> dead_letters() const = 0;
+  virtual Result<void> stop(Duration bound) = 0;
+  virtual Result<void> health() const = 0;
+  virtual const JobSettings& settings() const noexcept = 0;
+};
+// A handle over another backend.
+JobService make_job_service(std::shared_ptr<JobBackend> backend);
+}  // namespace detail
+
 // A running job service: a proxy actor, a priority-queue actor, `workers`
 // FSM actors and a watchdog actor in one ActorSystem.
 //
@@ -293,6 +317,12 @@ class JobService {
   // worker blocks its thread stops when the thread comes back. The actor
   // system's shutdown does this first on its own. Idempotent.
   Result<void> stop(Duration bound = std::chrono::seconds(10)) const;
+
+  // Whether the service runs as it should. An error once a fault stopped
+  // it for good (journal_conflict: another writer appended to its log, so
+  // nothing it accepts could be stored); every later submit()/enqueue() is
+  // refused with that error too. A stop() asked for is not a fault.
+  Result<void> health() const;
 
   const JobSettings& settings() const noexcept;
 
