@@ -116,7 +116,6 @@ using JobWorkers = std::map<std::string, JobWorker, std::less<>>;
 
 namespace detail {
 struct JobAttempt;
-struct JobCore;
 class JobBackend;
 }  // namespace detail
 
@@ -264,17 +263,20 @@ class JobBackend {
   virtual Result<void> health() const = 0;
   virtual const JobSettings& settings() const noexcept = 0;
 };
-// A handle over another backend.
+// A handle over another backend (not null).
 JobService make_job_service(std::shared_ptr<JobBackend> backend);
 }  // namespace detail
 
-// A running job service: a proxy actor, a priority-queue actor, `workers`
-// FSM actors and a watchdog actor in one ActorSystem.
+// A running job service. start() gives one over the service of this
+// process: a proxy actor, a priority-queue actor, `workers` FSM actors and a
+// watchdog actor in one ActorSystem. detail::make_job_service gives one over
+// another detail::JobBackend; every member forwards to the backend.
 //
-// Ownership: JobService is a handle; copies share one service. The actors
-// keep the service's state alive while they run, so dropping every handle
-// does not stop it: stop() or the system's shutdown does. The service keeps
-// its journal (shared_ptr) until its actors have stopped.
+// Ownership: JobService is a handle; copies share one backend, i.e. one
+// service. The actors keep the service's state alive while they run, so
+// dropping every handle does not stop it: stop() or the system's shutdown
+// does. The service keeps its journal (shared_ptr) until its actors have
+// stopped.
 // Thread safety: every member is thread-safe. stop() blocks (bounded) and
 // must not be called from an actor's handler.
 class JobService {
@@ -327,8 +329,9 @@ class JobService {
   const JobSettings& settings() const noexcept;
 
  private:
-  explicit JobService(std::shared_ptr<detail::JobCore> core) noexcept : core_(std::move(core)) {}
-  std::shared_ptr<detail::JobCore> core_;
+  friend JobService detail::make_job_service(std::shared_ptr<detail::JobBackend> backend);
+  explicit JobService(std::shared_ptr<detail::JobBackend> backend) noexcept : backend_(std::move(backend)) {}
+  std::shared_ptr<detail::JobBackend> backend_;  // never null
 };
 
 }  // namespace troupe
