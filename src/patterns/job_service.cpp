@@ -179,6 +179,11 @@ Result<void> JobService::stop(Duration bound) const { return backend_->stop(boun
 Result<void> JobService::health() const { return backend_->health(); }
 const JobSettings& JobService::settings() const noexcept { return backend_->settings(); }
 
+Result<void> detail::check_job_settings(const JobSettings& settings, const JobTranslator& translator,
+                                        const JobWorkers& workers) {
+  return detail::validate(settings, translator, workers);
+}
+
 JobService detail::make_job_service(std::shared_ptr<JobBackend> backend) {
   return JobService(std::move(backend));
 }

@@ -265,6 +265,10 @@ class JobBackend {
 };
 // A handle over another backend (not null).
 JobService make_job_service(std::shared_ptr<JobBackend> backend);
+// The checks JobService::start makes of its arguments (invalid_argument,
+// naming the field), for backends that start services later.
+Result<void> check_job_settings(const JobSettings& settings, const JobTranslator& translator,
+                                const JobWorkers& workers);
 }  // namespace detail
 
 // A running job service. start() gives one over the service of this

@@ -87,14 +87,7 @@ class ClusterLock : public ::testing::Test {
     if (!r.ok()) throw std::runtime_error(r.error().to_string());
     return r.value();
   }
-  static bool eventually(const std::function<bool()>& f, Duration bound = 10s) {
-    auto until = std::chrono::steady_clock::now() + bound;
-    while (std::chrono::steady_clock::now() < until) {
-      if (f()) return true;
-      std::this_thread::sleep_for(5ms);
-    }
-    return f();
-  }
+  static bool eventually(const std::function<bool()>& f, Duration bound = 10s) { return test::eventually(f, bound); }
 };
 
 // proves: L6

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -51,6 +54,17 @@ void start_in_process_nodes(const std::vector<std::string>& ids, StaticShardDire
   for (auto& a : nodes)
     for (auto& b : nodes)
       if (a != b) a->remoting->set_peer(b->id, "127.0.0.1", b->remoting->port());
+}
+
+// Polls `f` every 5 ms until it holds or `bound` (real time) has passed;
+// its last answer.
+inline bool eventually(const std::function<bool()>& f, Duration bound = std::chrono::seconds(10)) {
+  auto until = std::chrono::steady_clock::now() + bound;
+  while (std::chrono::steady_clock::now() < until) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return f();
 }
 
 }  // namespace troupe::cluster::test
