@@ -13,9 +13,17 @@
 //   POST /refund  {"payment_id","amount"}             200 {"refunded":true,"code":"RF-1A2B3C4D"}
 //   GET  /health                                      200 {"status":"ok"}
 //   GET  /stats                                       200 the counters
+//   GET  /refunds                                     200 {"refunds":{"<payment_id>":count,...}}
 // A body that is not such an object (amount: an integer of minor units,
 // above 0) gets 400 with a reason. A 503 carries {"error":{"code":
 // "gateway_error",...}}.
+//
+// Refunds are also counted per payment id: a refund counts when its 200 is
+// sent (one answered 503 or held never does), so /refunds says exactly
+// which payments were paid back and how often. /stats has `refunds` (200
+// answers), `refunds_distinct` (payment ids refunded at least once) and
+// `refunded_twice` (ids refunded more than once), so a client can compare
+// what it asked for with what the gateway did.
 //
 // The latency never blocks an io thread: each answer waits on an Asio
 // steady_timer of the gateway's own timer thread, which then responds
@@ -42,6 +50,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "troupe/node/http.hpp"
@@ -99,19 +108,34 @@ class Gateway {
           [](Request&, Responder out) { out.respond(Response::json(200, R"({"status":"ok"})")); });
     r.add("GET", "/stats",
           [this](Request&, Responder out) { out.respond(Response::json(200, stats().dump())); });
+    r.add("GET", "/refunds",
+          [this](Request&, Responder out) { out.respond(Response::json(200, refunds().dump())); });
     return r;
   }
 
   json stats() const {
     auto v = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-    return {{"requests", v(c_.requests)},
-            {"approved", v(c_.approved)},
-            {"declined", v(c_.declined)},
-            {"errors", v(c_.errors)},
-            {"hung", v(c_.hung)},
-            {"refunds", v(c_.refunds)},
-            {"bad_requests", v(c_.bad_requests)},
-            {"in_flight", v(c_.in_flight)}};
+    json j = {{"requests", v(c_.requests)},
+              {"approved", v(c_.approved)},
+              {"declined", v(c_.declined)},
+              {"errors", v(c_.errors)},
+              {"hung", v(c_.hung)},
+              {"bad_requests", v(c_.bad_requests)},
+              {"in_flight", v(c_.in_flight)}};
+    // The refund numbers from one moment, so they agree with each other.
+    std::lock_guard lk(refunds_mu_);
+    j["refunds"] = v(c_.refunds);
+    j["refunds_distinct"] = refunded_.size();
+    j["refunded_twice"] = refunded_twice_;
+    return j;
+  }
+
+  // {"refunds": {payment_id: successful refunds}}.
+  json refunds() const {
+    json ids = json::object();
+    std::lock_guard lk(refunds_mu_);
+    for (const auto& [id, n] : refunded_) ids[id] = n;
+    return {{"refunds", std::move(ids)}};
   }
 
  private:
@@ -152,7 +176,8 @@ class Gateway {
   }
 
   void refund(Request& req, Responder out) {
-    if (!parse(req, out, false)) return;
+    const auto body = parse(req, out, false);
+    if (!body) return;
     c_.requests.fetch_add(1, std::memory_order_relaxed);
     // A refund is never declined; latency, errors and hangs are as for a
     // settlement.
@@ -161,7 +186,7 @@ class Gateway {
     if (fate == Fate::hang) return hold(std::move(out));
     if (fate == Fate::fail) return later(std::move(out), delay, gateway_error(), &c_.errors);
     later(std::move(out), delay, Response::json(200, json{{"refunded", true}, {"code", code}}.dump()),
-          &c_.refunds);
+          &c_.refunds, body->at("payment_id").get<std::string>());
   }
 
   static Response gateway_error() {
@@ -203,22 +228,31 @@ class Gateway {
     hung_.push_back(std::move(out));
   }
 
-  // Answers after `delay`, from the timer thread; counted when answered.
-  void later(Responder out, std::chrono::microseconds delay, Response r,
-             std::atomic<std::uint64_t>* counter) {
-    if (delay.count() == 0) {
-      counter->fetch_add(1, std::memory_order_relaxed);
+  // Answers after `delay`, from the timer thread; counted in `counter` when
+  // answered, and, for a refund (`refunded`: its payment id), per payment.
+  void later(Responder out, std::chrono::microseconds delay, Response r, std::atomic<std::uint64_t>* counter,
+             std::string refunded = {}) {
+    auto answer = [this, out = std::move(out), r = std::move(r), counter,
+                   refunded = std::move(refunded)]() mutable {
+      if (refunded.empty())
+        counter->fetch_add(1, std::memory_order_relaxed);
+      else
+        count_refund(refunded, *counter);
       out.respond(std::move(r));
-      return;
-    }
+    };
+    if (delay.count() == 0) return answer();
     c_.in_flight.fetch_add(1, std::memory_order_relaxed);
     auto timer = std::make_shared<asio::steady_timer>(timer_io_, delay);
-    timer->async_wait(
-        [this, timer, out = std::move(out), r = std::move(r), counter](const std::error_code&) mutable {
-          c_.in_flight.fetch_sub(1, std::memory_order_relaxed);
-          counter->fetch_add(1, std::memory_order_relaxed);
-          out.respond(std::move(r));
-        });
+    timer->async_wait([this, timer, answer = std::move(answer)](const std::error_code&) mutable {
+      c_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+      answer();
+    });
+  }
+
+  void count_refund(const std::string& payment_id, std::atomic<std::uint64_t>& total) {
+    std::lock_guard lk(refunds_mu_);
+    total.fetch_add(1, std::memory_order_relaxed);
+    if (++refunded_[payment_id] == 2) ++refunded_twice_;
   }
 
   const Options o_;
@@ -228,6 +262,10 @@ class Gateway {
   std::uniform_real_distribution<double> unit_{0.0, 1.0};
   std::mutex hung_mu_;
   std::vector<Responder> hung_;
+  // Successful refunds per payment id, and how many ids have more than one.
+  mutable std::mutex refunds_mu_;
+  std::unordered_map<std::string, std::uint64_t> refunded_;
+  std::uint64_t refunded_twice_ = 0;
   asio::io_context timer_io_{1};
   asio::executor_work_guard<asio::io_context::executor_type> timer_work_;
   std::thread timer_thread_;
