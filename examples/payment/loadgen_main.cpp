@@ -16,8 +16,24 @@
 // carrying an outcome (HTTP 200); refusals and errors are counted, not
 // timed. Requests scheduled during --warmup-s are sent but not counted.
 //
+// Refunds: "refunds asked" counts the cancels the service answered with the
+// refund (Cancelled, refunded = the amount); the service then pays them back
+// through the gateway from a job queue. With --gateway the load generator
+// keeps those payment ids and, at the end, asks the gateway (payment_gateway:
+// GET /stats, GET /refunds) what became of them, waiting up to
+// --refund-settle-s for the queue to drain: "refunds at the gateway" (its
+// refunded payments, every client's), "refunds missing" (ids asked that
+// the gateway never refunded) and "refunded twice" (ids asked refunded more
+// than once). Without --gateway the refunds are not checked, and the
+// summary says so.
+//
+// Order ids are --id-prefix-N (default o-SEED-N); the service makes the
+// payment id pay-ORDER. Load generators that share a service or a gateway
+// need prefixes (or seeds) of their own.
+//
 // Exit status: 0 when some payment completed; 1 when none did (including
-// a service that could not be reached at the start); 2 for bad flags.
+// a service that could not be reached at the start, or with --gateway a
+// gateway that could not be asked about refunds); 2 for bad flags.
 
 #include <signal.h>
 #include <unistd.h>
@@ -40,6 +56,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -81,6 +98,9 @@ struct Options {
   bool quiet = false;
   double warmup_s = 0;
   double timeout_s = 10;
+  std::string id_prefix;        // "": o-SEED
+  std::string gateway;          // "": refunds not checked at the gateway
+  double refund_settle_s = 15;  // with --gateway: wait at most this for the refunds to arrive
 };
 
 struct Target {
@@ -152,13 +172,41 @@ double ms(std::uint64_t micros) { return static_cast<double>(micros) / 1000.0; }
 struct Tally {
   std::atomic<std::uint64_t> sent{0}, answered{0}, completed{0}, declined{0}, gateway_error{0}, timed_out{0};
   std::atomic<std::uint64_t> failed_other{0}, unsettled{0}, refused{0}, errors{0}, client_timeouts{0};
+  // refunds_requested: cancels sent; refunds: those answered with the refund.
   std::atomic<std::uint64_t> refunds_requested{0}, refunds{0}, refund_errors{0}, behind{0};
 };
 
+// What the gateway said of the refunds asked, after the run; a number is
+// set only when it was read.
+struct GatewayCheck {
+  std::optional<std::uint64_t> distinct;   // payments it refunded, every client's (GET /stats)
+  std::optional<std::uint64_t> twice_all;  // ... more than once
+  std::optional<std::uint64_t> missing;    // ids asked that it never refunded (GET /refunds)
+  std::optional<std::uint64_t> twice;      // ids asked that it refunded more than once
+  std::vector<std::string> missing_ids;    // the first few, sorted
+  double waited_s = 0;                     // how long it waited for the refunds
+  std::string error;                       // why something is not set
+};
+
+// GET `target` from the gateway as a JSON object; a discarded value with `why` otherwise.
+json get_json(Client& c, const char* target, std::string& why) {
+  auto r = c.request_sync("GET", target, "", "", std::chrono::seconds(10));
+  if (!r.ok()) {
+    why = std::string("GET ") + target + ": " + r.error().to_string();
+    return json(json::value_t::discarded);
+  }
+  json j = r->status == 200 ? json::parse(r->body, nullptr, false) : json(json::value_t::discarded);
+  if (j.is_discarded() || !j.is_object()) {
+    why = std::string("GET ") + target + ": HTTP " + std::to_string(r->status) + " " + r->body.substr(0, 200);
+    return json(json::value_t::discarded);
+  }
+  return j;
+}
+
 class LoadGen {
  public:
-  LoadGen(Options o, std::unique_ptr<Client> client)
-      : o_(std::move(o)), client_(std::move(client)), rng_(o_.seed) {}
+  LoadGen(Options o, std::unique_ptr<Client> client, std::unique_ptr<Client> gateway)
+      : o_(std::move(o)), client_(std::move(client)), gateway_(std::move(gateway)), rng_(o_.seed) {}
 
   // Whether anything answers at the URL: any HTTP response will do.
   Result<void> probe() {
@@ -192,6 +240,76 @@ class LoadGen {
     end_ = !reached_deadline && o_.payments > 0 && last > measure_from_ ? last : stopped_at;
   }
 
+  // With --gateway, after run(): looks the refunds asked up at the gateway.
+  // The service pays them from a job queue after answering the cancel, so
+  // this polls GET /stats every 0.5 s for up to --refund-settle-s; the
+  // per-payment list (GET /refunds) is read once the gateway has refunded
+  // as many payments as were asked (or when the wait runs out), and again
+  // only if more refunds came, until none asked is missing.
+  void check_gateway() {
+    if (!gateway_) return;
+    std::unordered_set<std::string> asked;
+    {
+      std::lock_guard lk(ids_mu_);
+      asked.insert(refunded_ids_.begin(), refunded_ids_.end());
+    }
+    const auto started = Steady::now();
+    const auto until = started + seconds(o_.refund_settle_s);
+    GatewayCheck& g = check_;
+    std::optional<std::uint64_t> listed_at;  // the gateway's refund total when the list was read
+    // After a failed read only the error stands: no number half-read.
+    auto forget_numbers = [&g] {
+      std::string why = std::move(g.error);
+      g = GatewayCheck{};
+      g.error = std::move(why);
+    };
+    for (;;) {
+      const bool last = Steady::now() >= until;
+      const json st = get_json(*gateway_, "/stats", g.error);
+      if (st.is_discarded()) {
+        forget_numbers();
+        break;
+      }
+      const std::uint64_t total = st.value("refunds", std::uint64_t{0});
+      g.distinct = st.value("refunds_distinct", std::uint64_t{0});
+      g.twice_all = st.value("refunded_twice", std::uint64_t{0});
+      if (asked.empty()) {
+        g.missing = g.twice = 0;
+        break;
+      }
+      if ((*g.distinct >= asked.size() || last) && listed_at != total) {
+        const json list = get_json(*gateway_, "/refunds", g.error);
+        const auto refunds = list.is_object() ? list.find("refunds") : list.end();
+        if (list.is_discarded() || refunds == list.end() || !refunds->is_object()) {
+          if (!list.is_discarded()) g.error = "GET /refunds: no \"refunds\" object";
+          forget_numbers();
+          break;
+        }
+        listed_at = total;
+        const json& ids = *refunds;
+        std::vector<std::string> missing;
+        std::uint64_t twice = 0;
+        for (const auto& id : asked) {
+          const auto it = ids.find(id);
+          const std::uint64_t n = it != ids.end() && it->is_number_unsigned() ? it->get<std::uint64_t>() : 0;
+          if (n == 0) missing.push_back(id);
+          if (n > 1) ++twice;
+        }
+        g.missing = missing.size();
+        g.twice = twice;
+        std::sort(missing.begin(), missing.end(), [](const std::string& a, const std::string& b) {
+          return a.size() != b.size() ? a.size() < b.size() : a < b;  // pay-o-1-9 before pay-o-1-10
+        });
+        if (missing.size() > 20) missing.resize(20);
+        g.missing_ids = std::move(missing);
+        if (*g.missing == 0) break;
+      }
+      if (last) break;
+      std::this_thread::sleep_until(std::min(until, Steady::now() + std::chrono::milliseconds(500)));
+    }
+    g.waited_s = std::chrono::duration<double>(Steady::now() - started).count();
+  }
+
   int report() const {
     const HistogramSnapshot h = latency_.snapshot();
     const double measured =
@@ -223,8 +341,16 @@ class LoadGen {
                 {"client_timeouts", v(t_.client_timeouts)},
                 {"first_error", first_error.empty() ? json(nullptr) : json(first_error)},
                 {"refunds_requested", v(t_.refunds_requested)},
-                {"refunds", v(t_.refunds)},
+                {"refunds_asked", v(t_.refunds)},
                 {"refund_errors", v(t_.refund_errors)},
+                {"gateway", o_.gateway.empty() ? json(nullptr) : json(o_.gateway)},
+                {"refunds_at_gateway", measured_json(check_.distinct)},
+                {"refunds_missing", measured_json(check_.missing)},
+                {"refunds_missing_ids", check_.missing_ids},
+                {"refunded_twice", measured_json(check_.twice)},
+                {"gateway_refunded_twice", measured_json(check_.twice_all)},
+                {"refund_settle_waited_s", gateway_ ? json(check_.waited_s) : json(nullptr)},
+                {"gateway_check_error", check_.error.empty() ? json(nullptr) : json(check_.error)},
                 {"behind", v(t_.behind)},
                 {"throughput", static_cast<double>(answered) / measured},
                 {"latency_ms",
@@ -263,10 +389,12 @@ class LoadGen {
         std::printf("    of which no answer within %.1f s: %llu\n", o_.timeout_s,
                     static_cast<unsigned long long>(v(t_.client_timeouts)));
       if (!first_error.empty()) std::printf("    first error: %s\n", first_error.c_str());
-      std::printf("  %-24s %10llu  (of %llu asked; %llu failed)\n", "refunds issued",
-                  static_cast<unsigned long long>(v(t_.refunds)),
+      // scripts/cluster-demo adds up the refund rows: keep their labels.
+      std::printf("  %-24s %10llu  (cancels answered with the refund; %llu sent, %llu failed)\n",
+                  "refunds asked", static_cast<unsigned long long>(v(t_.refunds)),
                   static_cast<unsigned long long>(v(t_.refunds_requested)),
                   static_cast<unsigned long long>(v(t_.refund_errors)));
+      print_gateway_check();
       if (o_.rate > 0)
         std::printf("  %-24s %10llu\n", "behind schedule (skipped)",
                     static_cast<unsigned long long>(v(t_.behind)));
@@ -282,6 +410,35 @@ class LoadGen {
   }
 
  private:
+  // The refund rows read from the gateway, each only if it was read.
+  void print_gateway_check() const {
+    const GatewayCheck& g = check_;
+    auto n = [](const std::optional<std::uint64_t>& x) { return static_cast<unsigned long long>(*x); };
+    if (!gateway_) {
+      std::printf("    at the gateway: not checked; give --gateway\n");
+      return;
+    }
+    if (g.distinct) {
+      std::printf("  %-24s %10llu  (payments it refunded, every client's; read after %.1f s)\n",
+                  "refunds at the gateway", n(g.distinct), g.waited_s);
+    }
+    if (g.missing) {
+      std::printf("  %-24s %10llu  (asked, and never refunded at the gateway: checked by payment id)\n",
+                  "refunds missing", n(g.missing));
+      if (!g.missing_ids.empty()) {
+        std::printf("    first missing:");
+        for (std::size_t i = 0; i < g.missing_ids.size() && i < 5; ++i)
+          std::printf(" %s", g.missing_ids[i].c_str());
+        std::printf("\n");
+      }
+      std::printf("  %-24s %10llu  (of those asked; %llu at the gateway, every client's)\n", "refunded twice",
+                  n(g.twice), n(g.twice_all));
+    }
+    if (!g.error.empty()) std::printf("    at the gateway: not checked: %s\n", g.error.c_str());
+  }
+
+  static json measured_json(const std::optional<std::uint64_t>& x) { return x ? json(*x) : json(nullptr); }
+
   static Steady::duration seconds(double s) {
     return std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double>(s));
   }
@@ -334,7 +491,7 @@ class LoadGen {
       std::uniform_int_distribution<std::int64_t> amount(o_.amount_min, o_.amount_max);
       body = json{
           {"customer", "c-" + std::to_string(customer(rng_))},
-          {"order_id", "o-" + std::to_string(o_.seed) + "-" + std::to_string(seq)},
+          {"order_id", o_.id_prefix + "-" + std::to_string(seq)},
           {"amount", amount(rng_)},
           {"settle",
            true}}.dump();
@@ -422,7 +579,7 @@ class LoadGen {
   void refund(const std::string& id, std::int64_t amount) {
     t_.refunds_requested.fetch_add(1, std::memory_order_relaxed);
     client_->request("POST", "/payments/" + percent_encode(id) + "/cancel", "{}", "application/json",
-                     [this, amount](Result<Response> r) {
+                     [this, id, amount](Result<Response> r) {
                        bool ok = false;
                        std::string why;
                        if (!r.ok()) {
@@ -437,6 +594,10 @@ class LoadGen {
                        }
                        if (ok) {
                          t_.refunds.fetch_add(1, std::memory_order_relaxed);
+                         if (gateway_) {
+                           std::lock_guard lk(ids_mu_);
+                           refunded_ids_.push_back(id);
+                         }
                        } else {
                          t_.refund_errors.fetch_add(1, std::memory_order_relaxed);
                          note_error("refund (cancel): " + why);
@@ -565,6 +726,7 @@ class LoadGen {
 
   const Options o_;
   std::unique_ptr<Client> client_;
+  std::unique_ptr<Client> gateway_;  // with --gateway
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   std::uint64_t seq_ = 0;  // guarded by rng_mu_
@@ -583,6 +745,10 @@ class LoadGen {
   LatencyHistogram latency_;
   mutable std::mutex err_mu_;
   std::string first_error_;
+  // With --gateway: the payments whose cancel was answered with the refund.
+  std::mutex ids_mu_;
+  std::vector<std::string> refunded_ids_;
+  GatewayCheck check_;
 };
 
 }  // namespace
@@ -625,6 +791,26 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-s", o.timeout_s, "HTTP request timeout in seconds")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--id-prefix", o.id_prefix,
+                 "Order ids are PREFIX-1, PREFIX-2, ... (payment ids pay-PREFIX-N); default o-SEED. Load "
+                 "generators that share a service or a gateway need prefixes of their own")
+      ->check([](const std::string& p) -> std::string {
+        if (p.empty()) return "must not be empty";
+        for (unsigned char c : p)
+          if (!std::isalnum(c) && c != '-' && c != '_' && c != '.') return "only letters, digits, - _ and .";
+        return {};
+      });
+  app.add_option("--gateway", o.gateway,
+                 "Base URL of the settlement gateway (payment_gateway): at the end, look the refunds "
+                 "asked up there. 'refunds at the gateway' counts every client's refunds, so it compares "
+                 "with 'refunds asked' only when this load generator is the gateway's only client; "
+                 "'refunds missing' and 'refunded twice' are checked payment by payment, which holds with "
+                 "several clients as long as their order ids differ (--id-prefix)");
+  app.add_option("--refund-settle-s", o.refund_settle_s,
+                 "With --gateway: seconds to wait at the end, polling every 0.5 s, until the gateway has "
+                 "every refund asked (the service pays them from a job queue after answering the cancel)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--json", o.json_out, "Print the summary as one JSON object");
   app.add_flag("--quiet", o.quiet, "No progress on stderr");
   try {
@@ -640,11 +826,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.connections == 0) o.connections = o.concurrency;
+  if (o.id_prefix.empty()) o.id_prefix = "o-" + std::to_string(o.seed);
   std::string why;
   const auto target = parse_url(o.url, why);
   if (!target) {
     std::fprintf(stderr, "payment_loadgen: bad --url '%s': %s\n", o.url.c_str(), why.c_str());
     return 2;
+  }
+  std::optional<Target> gateway_target;
+  if (!o.gateway.empty()) {
+    gateway_target = parse_url(o.gateway, why);
+    if (!gateway_target) {
+      std::fprintf(stderr, "payment_loadgen: bad --gateway '%s': %s\n", o.gateway.c_str(), why.c_str());
+      return 2;
+    }
   }
 
   ClientSettings cs;
@@ -660,7 +855,29 @@ int main(int argc, char** argv) {
                  client.error().message().c_str());
     return 1;
   }
-  LoadGen gen(o, std::move(client).value());
+  // The gateway is asked at the start too, so that a run that cannot
+  // check its refunds says so before it starts rather than after.
+  std::unique_ptr<Client> gateway;
+  if (gateway_target) {
+    ClientSettings gs;
+    gs.host = gateway_target->host;
+    gs.port = gateway_target->port;
+    gs.max_connections = 1;
+    auto g = Client::create(gs);
+    if (!g.ok()) {
+      std::fprintf(stderr, "payment_loadgen: cannot reach the gateway %s: %s\n", o.gateway.c_str(),
+                   g.error().message().c_str());
+      return 1;
+    }
+    gateway = std::move(g).value();
+    const json st = get_json(*gateway, "/stats", why);
+    if (st.is_discarded() || !st.contains("refunds_distinct")) {
+      std::fprintf(stderr, "payment_loadgen: the gateway %s cannot check refunds: %s\n", o.gateway.c_str(),
+                   st.is_discarded() ? why.c_str() : "its GET /stats has no refunds_distinct");
+      return 1;
+    }
+  }
+  LoadGen gen(o, std::move(client).value(), std::move(gateway));
   if (auto reachable = gen.probe(); !reachable.ok()) {
     std::fprintf(stderr, "payment_loadgen: cannot reach %s: %s\n", o.url.c_str(),
                  reachable.error().to_string().c_str());
@@ -674,6 +891,7 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
 
   gen.run();
+  gen.check_gateway();
   const int rc = gen.report();
   if (rc != 0) std::fprintf(stderr, "payment_loadgen: no payment completed\n");
   return rc;
