@@ -187,6 +187,7 @@ struct Node::Impl {
   std::vector<std::pair<std::string, KeyedLock>> locks;
   std::vector<std::pair<std::string, std::function<ProcessStats()>>> managers;
   std::vector<std::pair<std::string, JobService>> jobs;
+  std::vector<std::pair<std::string, std::function<Result<void>()>>> health_checks;
   std::vector<std::pair<std::string, std::function<std::uint64_t()>>> rates;
   std::vector<std::pair<std::string, std::function<std::uint64_t()>>> counters;
   std::string latency_name;
@@ -230,6 +231,9 @@ struct Node::Impl {
 
   void sample();
   void refresh_shard_map();
+  // Every watched service's health, in the order watched. The checks run
+  // without `mu` held (a check may take locks of its own).
+  std::vector<std::pair<std::string, Result<void>>> check_health() const;
   void run_sampler() {
     std::unique_lock lk(stop_mu);
     while (!sampler_stop) {
@@ -443,6 +447,11 @@ void Node::Impl::collect(MetricsWriter& w) const {
     w.counter("troupe_jobs_retried_total", "Job attempts retried.").set(l, d(st.retried));
     w.counter("troupe_jobs_refused_total", "Jobs refused at submit (queue full).").set(l, d(st.refused));
   }
+  auto health = check_health();
+  if (!health.empty()) {
+    auto& up = w.gauge("troupe_service_up", "1 while a watched service works, 0 while it reports a failure (see /health).");
+    for (const auto& [name, r] : health) up.set(with({{"service", name}}), r.ok() ? 1 : 0);
+  }
   if (auto* c = node->cluster_.get()) {
     auto members = c->coordinator().members();
     w.gauge("troupe_cluster_members", "Live members of the cluster, as this node sees them.").set(node_label, d(members.size()));
@@ -484,7 +493,8 @@ http::Response json_response(int status, const json& j) { return http::Response:
 http::Router Node::Impl::routes() {
   http::Router r;
   r.add("GET", "/health", [this](http::Request&, http::Responder out) {
-    out.respond(json_response(200, {{"status", "ok"}, {"node", node->config_.id}}));
+    json doc = node->health();
+    out.respond(json_response(doc["status"] == "ok" ? 200 : 503, doc));
   });
   r.add("GET", "/ready", [this](http::Request&, http::Responder out) {
     json checks = json::object();
@@ -716,6 +726,7 @@ Node::~Node() {
     impl_->locks.clear();
     impl_->managers.clear();
     impl_->jobs.clear();
+    impl_->health_checks.clear();
     impl_->rates.clear();
     impl_->counters.clear();
   }
@@ -738,9 +749,53 @@ void Node::watch_process_manager(std::string name, std::function<ProcessStats()>
   impl_->managers.emplace_back(std::move(name), std::move(stats));
 }
 void Node::watch_jobs(std::string name, JobService jobs) {
+  watch_health("jobs/" + name, [jobs] { return jobs.health(); });
   std::lock_guard lk(impl_->mu);
   impl_->jobs.emplace_back(std::move(name), std::move(jobs));
 }
+void Node::watch_health(std::string service, std::function<Result<void>()> check) {
+  std::lock_guard lk(impl_->mu);
+  for (auto& [name, existing] : impl_->health_checks) {
+    if (name == service) {
+      existing = std::move(check);
+      return;
+    }
+  }
+  impl_->health_checks.emplace_back(std::move(service), std::move(check));
+}
+
+std::vector<std::pair<std::string, Result<void>>> Node::Impl::check_health() const {
+  std::vector<std::pair<std::string, std::function<Result<void>()>>> checks;
+  {
+    std::lock_guard lk(mu);
+    checks = health_checks;
+  }
+  std::vector<std::pair<std::string, Result<void>>> out;
+  out.reserve(checks.size());
+  for (auto& [name, check] : checks) {
+    try {
+      out.emplace_back(name, check());
+    } catch (...) {
+      out.emplace_back(name, Error::from_exception(std::current_exception(), "its health check threw"));
+    }
+  }
+  return out;
+}
+
+nlohmann::json Node::health() const {
+  bool up = true;
+  json services = json::object();
+  for (const auto& [name, r] : impl_->check_health()) {
+    if (r.ok()) {
+      services[name] = {{"up", true}};
+      continue;
+    }
+    up = false;
+    services[name] = {{"up", false}, {"code", std::string(to_string(r.error().code()))}, {"message", r.error().message()}};
+  }
+  return {{"status", up ? "ok" : "unhealthy"}, {"node", config_.id}, {"services", services}};
+}
+
 void Node::add_rate(std::string name, std::function<std::uint64_t()> total) {
   std::lock_guard lk(impl_->mu);
   impl_->rates.emplace_back(std::move(name), std::move(total));
@@ -856,6 +911,8 @@ nlohmann::json Node::cluster_view() const {
 
 nlohmann::json Node::overview() const {
   json out = cluster_view();
+  json h = health();
+  out["health"] = {{"status", h["status"]}, {"services", h["services"]}};
   auto sys = system_->stats();
   out["version"] = "0.1.0";
   out["uptime_s"] = std::chrono::duration<double>(Clock::now() - impl_->started).count();

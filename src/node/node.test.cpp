@@ -21,6 +21,7 @@
 #include "../persist/postgres/postgres_test_server.hpp"
 #include "tally_test_entity.hpp"
 #include "troupe/node/node.hpp"
+#include "troupe/persist/memory_journal.hpp"
 
 namespace {
 
@@ -29,6 +30,34 @@ using json = nlohmann::json;
 using troupe::node::Node;
 using troupe::node::NodeConfig;
 using namespace troupe::node::test;
+
+// Waits (up to 10 s) for `done`; true if it came.
+template <class F>
+bool eventually(F&& done) {
+  for (int i = 0; i < 1000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return done();
+}
+
+// A job service whose one worker kind "send" succeeds at once with
+// "sent <payload>".
+troupe::JobTranslator send_translator() {
+  return [](const troupe::Job& j) { return troupe::JobWorkerCall{"send", j.payload}; };
+}
+troupe::JobWorkers send_workers() {
+  return {{"send", [](troupe::JobRun run) { run.succeed("sent " + run.detail()); }}};
+}
+
+// promtool (Debian's prometheus package), when installed, accepts `body`.
+void expect_promtool_accepts(const std::string& body, const std::filesystem::path& dir) {
+  if (::access("/usr/bin/promtool", X_OK) != 0) return;
+  auto file = dir / "metrics.txt";
+  std::ofstream(file) << body;
+  std::string cmd = "/usr/bin/promtool check metrics < " + file.string() + " >/dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << body;
+}
 
 // --- fixture -----------------------------------------------------------------------
 
@@ -96,7 +125,10 @@ class NodeTest : public ::testing::Test {
 
 TEST_F(NodeTest, HealthAnswersAtOnceAndReadyOnlyOnceTheApplicationSaysSo) {
   start();
-  EXPECT_EQ(call_json("GET", "/health", 200)["node"], "n1");
+  auto health = call_json("GET", "/health", 200);
+  EXPECT_EQ(health["status"], "ok");
+  EXPECT_EQ(health["node"], "n1");
+  EXPECT_EQ(health["services"], json::object()) << "nothing is watched yet";
   auto not_yet = call_json("GET", "/ready", 503);
   EXPECT_EQ(not_yet["ready"], false);
   EXPECT_EQ(not_yet["checks"]["started"], "starting");
@@ -140,12 +172,83 @@ TEST_F(NodeTest, TheOverviewAndMetricsShowEntitiesTheJournalAndProcessingEntitie
   EXPECT_NE(m.body.find("troupe_journal_append_seconds_count 11\n"), std::string::npos);
   EXPECT_NE(m.body.find("troupe_mailbox_depth{node=\"n1\"}"), std::string::npos);
 
-  if (::access("/usr/bin/promtool", X_OK) == 0) {
-    auto file = dir_ / "metrics.txt";
-    std::ofstream(file) << m.body;
-    std::string cmd = "/usr/bin/promtool check metrics < " + file.string() + " >/dev/null 2>&1";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << m.body;
-  }
+  expect_promtool_accepts(m.body, dir_);
+}
+
+// Issue 22: a durable job service stopped by a journal conflict used to
+// leave the node healthy and its queue looking idle. Two services of one
+// name on one journal: B writes the log first, so A's first append meets a
+// journal_conflict and A stops for good.
+TEST_F(NodeTest, AJobServiceStoppedByAJournalConflictMakesHealth503AndShowsInMetricsAndTheOverview) {
+  start();
+  auto journal = std::make_shared<troupe::MemoryJournal>();
+  troupe::JobSettings js;
+  js.name = "refunds";
+  js.workers = 1;
+  js.journal = journal;
+  js.log = false;
+  auto a = troupe::JobService::start(node_->system(), js, send_translator(), send_workers());
+  ASSERT_TRUE(a.ok()) << a.error().to_string();
+  auto b = troupe::JobService::start(node_->system(), js, send_translator(), send_workers());
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  auto accepted = b->enqueue(troupe::Job{"refund", "r1"}).get();
+  ASSERT_TRUE(accepted.ok()) << accepted.error().to_string();
+  auto refused = a->enqueue(troupe::Job{"refund", "r2"}).get();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), troupe::ErrorCode::journal_conflict) << refused.error().to_string();
+  ASSERT_TRUE(eventually([&] { return !a->health().ok(); }));
+  EXPECT_EQ(a->health().error().code(), troupe::ErrorCode::journal_conflict);
+  node_->watch_jobs("refunds", *a);
+
+  auto health = call_json("GET", "/health", 503);
+  EXPECT_EQ(health["status"], "unhealthy");
+  EXPECT_EQ(health["node"], "n1");
+  ASSERT_TRUE(health["services"].contains("jobs/refunds")) << health.dump();
+  const auto& refunds = health["services"]["jobs/refunds"];
+  EXPECT_EQ(refunds["up"], false);
+  EXPECT_EQ(refunds["code"], "journal_conflict");
+  EXPECT_EQ(refunds["message"], a->health().error().message());
+  EXPECT_NE(refunds["message"].get<std::string>().find("another writer"), std::string::npos) << refunds.dump();
+
+  auto m = call("GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("troupe_service_up{node=\"n1\",service=\"jobs/refunds\"} 0\n"), std::string::npos) << m.body;
+  expect_promtool_accepts(m.body, dir_);
+
+  auto o = call_json("GET", "/api/overview", 200);
+  EXPECT_EQ(o["health"]["status"], "unhealthy") << o["health"].dump();
+  EXPECT_EQ(o["health"]["services"]["jobs/refunds"], refunds);
+  // Still serving: the other endpoints answer as before.
+  EXPECT_EQ(o["node"], "n1");
+  node_->mark_ready();
+  EXPECT_EQ(call_json("GET", "/ready", 200)["ready"], true);
+}
+
+TEST_F(NodeTest, AnyWatchedCheckTurnsHealthTo503WhileItFailsAndAThrowingCheckCountsAsFailing) {
+  start();
+  auto failing = std::make_shared<std::atomic<bool>>(false);
+  node_->watch_health("gateway", [failing]() -> troupe::Result<void> {
+    if (failing->load()) return troupe::Error(troupe::ErrorCode::unreachable, "the settlement gateway does not answer");
+    return {};
+  });
+  EXPECT_EQ(call_json("GET", "/health", 200)["services"]["gateway"]["up"], true);
+  failing->store(true);
+  auto down = call_json("GET", "/health", 503);
+  EXPECT_EQ(down["services"]["gateway"],
+            json({{"up", false}, {"code", "unreachable"}, {"message", "the settlement gateway does not answer"}}));
+  EXPECT_NE(call("GET", "/metrics").body.find("troupe_service_up{node=\"n1\",service=\"gateway\"} 0\n"),
+            std::string::npos);
+  failing->store(false);
+  EXPECT_EQ(call_json("GET", "/health", 200)["status"], "ok");
+
+  node_->watch_health("broken", []() -> troupe::Result<void> { throw std::runtime_error("boom"); });
+  auto thrown = call_json("GET", "/health", 503);
+  EXPECT_EQ(thrown["services"]["broken"]["code"], "handler_failed");
+  EXPECT_NE(thrown["services"]["broken"]["message"].get<std::string>().find("boom"), std::string::npos);
+  EXPECT_EQ(thrown["services"]["gateway"]["up"], true);
+  // Watching a name again replaces its check.
+  node_->watch_health("broken", [] { return troupe::Result<void>{}; });
+  EXPECT_EQ(call_json("GET", "/health", 200)["services"].size(), 2u);
 }
 
 TEST_F(NodeTest, AnEntityPageShowsItsStateAndItsProcessingDeadline) {

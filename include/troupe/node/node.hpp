@@ -16,6 +16,10 @@
 // serve_entities starts an EntityRegistry on a single node and a
 // ShardRegion in a cluster, behind one Entities<B> handle.
 //
+// Health: /health, troupe_service_up and the dashboard report every
+// watched service (watch_health; watch_jobs watches its service's),
+// so a service that stopped on a fault is loud, not an idle queue.
+//
 // Ownership: start() returns the only owner. The node owns the actor
 // system, the journal, the cluster and the admin server, and stops them in
 // the reverse order (drain first) when destroyed. Entities handles, locks,
@@ -173,10 +177,21 @@ class Node {
     return Entities<B>(std::move(reg));
   }
 
-  // Reported in /metrics, /api/overview and the dashboard.
+  // Reported in /metrics, /api/overview and the dashboard. watch_jobs also
+  // watches the service's health() as "jobs/<name>" (watch_health).
   void watch_lock(std::string name, KeyedLock lock);
   void watch_process_manager(std::string name, std::function<ProcessStats()> stats);
   void watch_jobs(std::string name, JobService jobs);
+  // Something whose failure the node must report: `check` answers ok while
+  // `service` works, or an error (code and message) saying why it does
+  // not. While any watched check answers an error, GET /health is 503 and
+  // names it, troupe_service_up{service} is 0, and the dashboard shows it
+  // in red (/api/overview "health"). A check runs at every /health,
+  // /metrics and /api/overview request, on the admin server's thread,
+  // without the node's locks held: it must be thread-safe and quick, and
+  // must not block. A check that throws counts as failing (handler_failed).
+  // Watching a name again replaces its check.
+  void watch_health(std::string service, std::function<Result<void>()> check);
   // A rate the dashboard charts (per second over each second): `total`
   // returns a running count. "messages" and "events" are built in.
   void add_rate(std::string name, std::function<std::uint64_t()> total);
@@ -214,6 +229,10 @@ class Node {
   // JSON documents the admin API serves (exposed for tests and tools).
   nlohmann::json overview() const;
   nlohmann::json cluster_view() const;
+  // GET /health's body: "status" ("ok", or "unhealthy" while any watched
+  // check fails), "node", and "services": each watched service by name,
+  // {"up": true} or {"up": false, "code": ..., "message": ...}.
+  nlohmann::json health() const;
 
   struct Impl;
 
