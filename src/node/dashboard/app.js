@@ -194,16 +194,59 @@
     setText($("mode-badge"), mode);
     setAttr($("mode-badge"), "data-mode", mode);
 
+    // A failing service outranks every other state: it is what needs a
+    // person, whether or not the node is ready or draining.
+    const failing = failingServices(o);
     let status = "not-ready";
     let label = "not ready";
-    if (o.draining === true) { status = "draining"; label = "draining"; }
+    if (isUnhealthy(o)) { status = "unhealthy"; label = "unhealthy"; }
+    else if (o.draining === true) { status = "draining"; label = "draining"; }
     else if (o.ready === true) { status = "ready"; label = "ready"; }
     else if (o.ready == null) { status = "unknown"; label = "ready " + DASH; }
     setText($("state-badge"), label);
     setAttr($("state-badge"), "data-state", status);
+    setAttr($("state-badge"), "title", failing.length ? `failing: ${failing.map(([name]) => name).join(", ")}` : "");
 
     setText($("uptime"), fmtDuration(o.uptime_s));
     setText($("version"), o.version == null ? DASH : String(o.version));
+  }
+
+  // ---------------------------------------------------------------- health
+
+  // The services the overview reports down ({"up": false}), by name.
+  function failingServices(o) {
+    return Object.entries(dict(dict(o.health).services))
+      .filter(([, v]) => v && typeof v === "object" && v.up === false)
+      .sort(([a], [b]) => a.localeCompare(b));
+  }
+
+  function isUnhealthy(o) {
+    return dict(o.health).status === "unhealthy" || failingServices(o).length > 0;
+  }
+
+  // The red banner under the header: one line per failing service, with
+  // the code and message the node reports, and nothing when it reports none.
+  function renderHealth(o) {
+    const failing = failingServices(o);
+    $("banner-unhealthy").hidden = !isUnhealthy(o);
+    setText($("unhealthy-title"),
+      failing.length === 0 ? "Unhealthy (the node names no failing service)."
+        : failing.length === 1 ? "Unhealthy: 1 service is failing."
+        : `Unhealthy: ${failing.length} services are failing.`);
+    reconcile($("unhealthy-services"), failing, ([name]) => name,
+      () => {
+        const li = el("li", { "data-testid": "unhealthy-service" });
+        li.append(el("span", { class: "service" }), el("span", { class: "code" }), el("span", { class: "message" }));
+        return li;
+      },
+      (li, [name, v]) => {
+        const code = v.code == null ? "" : String(v.code);
+        setAttr(li, "data-service", name);
+        setAttr(li, "data-code", code);
+        setText(li.querySelector(".service"), name);
+        setText(li.querySelector(".code"), code || DASH);
+        setText(li.querySelector(".message"), v.message == null ? DASH : String(v.message));
+      });
   }
 
   // ---------------------------------------------------------------- counters
@@ -805,7 +848,7 @@
     for (const id of list(o.members).map((m) => String(m.id)).sort()) ownerColour(id);
     // Each panel renders on its own, so one malformed field costs one
     // panel, not the page.
-    for (const f of [renderHeader, renderCounters, renderCharts, renderMembers, renderTypes,
+    for (const f of [renderHeader, renderHealth, renderCounters, renderCharts, renderMembers, renderTypes,
                      renderShards, renderWorkers, renderProcessing, renderPatterns]) {
       try { f(o); } catch (e) {
         state.errors.push(`${f.name}: ${e && e.message}`);

@@ -4,8 +4,9 @@
 Drives Debian's chromium through chromedriver over the W3C WebDriver HTTP
 protocol, with nothing but the Python standard library (no selenium), so the
 test runs wherever the node's build runs. It opens the dashboard of a live
-node, waits for the panels to fill in, checks what they show, presses
-Rebalance, looks up an entity and saves a screenshot.
+node, waits for the panels to fill in, checks what they show (the health
+banner included: shown exactly when the node reports a failing service),
+presses Rebalance, looks up an entity and saves a screenshot.
 
     dashboard_e2e.py --url http://127.0.0.1:8081/ --screenshot out.png \\
         --expect-node n1 [--expect-type payment] \\
@@ -236,6 +237,25 @@ def run_checks(wd, args):
         text = wd.text(e).strip() if e else "(no node-id element)"
         return text == node, f"node-id {text!r}"
     log("header: " + wait.until(f"header shows node id {node!r}", header))
+
+    # Health: the red banner and the state badge say what the overview's
+    # health says (read directly), no more and no less.
+    def health():
+        h = (fetch_overview(args.url) or {}).get("health")
+        if not isinstance(h, dict):
+            return False, f"the overview has no health object: {h!r}"
+        services = h.get("services") if isinstance(h.get("services"), dict) else {}
+        failing = sorted(n for n, v in services.items() if isinstance(v, dict) and v.get("up") is False)
+        unhealthy = h.get("status") == "unhealthy" or bool(failing)
+        shown = wd.execute("const b = document.querySelector('[data-testid=\"banner-unhealthy\"]');"
+                           " return b ? !b.hidden : null;")
+        listed = sorted(wd.attribute(e, "data-service") for e in wd.find_all(testid("unhealthy-service")))
+        badge = wd.find(testid("state-badge"))
+        state = wd.attribute(badge, "data-state") if badge else None
+        ok = shown == unhealthy and listed == failing and (state == "unhealthy") == unhealthy
+        return ok, (f"overview status={h.get('status')!r} failing={failing}; page banner shown={shown}, "
+                    f"lists {listed}, state-badge={state!r}")
+    log("health: " + wait.until("the health banner and state badge matching the overview's health", health))
 
     # Members: enough rows, ours among them and alive.
     def members():
