@@ -148,7 +148,8 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
 
   for (const auto& [k, v] : root) {
     std::string key(k.str());
-    bool known = key == "node" || key == "admin" || key == "journal" || key == "cluster" || key == "entities";
+    bool known = key == "node" || key == "admin" || key == "journal" || key == "cluster" || key == "entities" ||
+                 key == "jobs";
     bool app = false;
     for (const auto& a : app_tables) app = app || key == a;
     if (!known && !app) return fail(bad(key + ": unknown setting"));
@@ -243,6 +244,14 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     c.entities.stop_timeout = st;
     TROUPE_TRY(stash, r.integer("stash_capacity", static_cast<std::int64_t>(c.entities.stash_capacity), 1, 10'000'000));
     c.entities.stash_capacity = static_cast<std::size_t>(stash);
+    if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+  }
+  {
+    TROUPE_TRY(t, table_of("jobs"));
+    ConfigReader r(t, "jobs");
+    // The cluster-wide job service's bound (ClusterJobSettings::shard_count).
+    TROUPE_TRY(shards, r.integer("shard_count", c.jobs.shard_count, 1, 4096));
+    c.jobs.shard_count = static_cast<std::uint32_t>(shards);
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
   }
 #undef TROUPE_TRY

@@ -31,6 +31,7 @@ TEST(NodeConfig, AnEmptyFileGivesTheDocumentedDefaults) {
   EXPECT_FALSE(c->cluster.enabled);
   EXPECT_EQ(c->entities.shard_count, 64u);
   EXPECT_EQ(c->entities.passivate_after, std::chrono::minutes(2));
+  EXPECT_EQ(c->jobs.shard_count, 16u);
 }
 
 TEST(NodeConfig, EveryTableIsRead) {
@@ -56,6 +57,8 @@ shard_count = 128
 passivate_after_ms = 5000
 stop_timeout_ms = 10000
 stash_capacity = 50
+[jobs]
+shard_count = 32
 )",
                              "node.toml");
   ASSERT_TRUE(c.ok()) << c.error().to_string();
@@ -71,6 +74,7 @@ stash_capacity = 50
   EXPECT_EQ(c->cluster.heartbeat, std::chrono::milliseconds(500));
   EXPECT_EQ(c->entities.shard_count, 128u);
   EXPECT_EQ(c->entities.stash_capacity, 50u);
+  EXPECT_EQ(c->jobs.shard_count, 32u);
 }
 
 TEST(NodeConfig, AnUnknownKeyIsRefusedByItsFullName) {
@@ -102,6 +106,25 @@ TEST(NodeConfig, OutOfRangeAndUnusableValuesAreRefused) {
             "node.toml: entities.shard_count: 0 is out of range (1 to 65536)");
   EXPECT_EQ(error_of("[node]\nid = \"a b\"\n"),
             "node.toml: node.id: \"a b\" must be 1 to 64 characters without spaces, '|' or '/'");
+}
+
+TEST(NodeConfig, JobsShardCountTakesOneTo4096AndRefusesAnythingElseNamingTheSetting) {
+  for (std::uint32_t n : {1u, 16u, 256u, 4096u}) {
+    auto c = NodeConfig::parse("[jobs]\nshard_count = " + std::to_string(n) + "\n", "node.toml");
+    ASSERT_TRUE(c.ok()) << c.error().to_string();
+    EXPECT_EQ(c->jobs.shard_count, n);
+  }
+  EXPECT_EQ(error_of("[jobs]\nshard_count = 0\n"), "node.toml: jobs.shard_count: 0 is out of range (1 to 4096)");
+  EXPECT_EQ(error_of("[jobs]\nshard_count = 4097\n"),
+            "node.toml: jobs.shard_count: 4097 is out of range (1 to 4096)");
+  EXPECT_EQ(error_of("[jobs]\nshard_count = -3\n"), "node.toml: jobs.shard_count: -3 is out of range (1 to 4096)");
+  EXPECT_EQ(error_of("[jobs]\nshard_count = \"16\"\n"),
+            "node.toml: jobs.shard_count: expected an integer, got a string");
+  EXPECT_EQ(error_of("[jobs]\nshard_count = 1.5\n"), "node.toml: jobs.shard_count: expected an integer, got a number");
+  EXPECT_EQ(error_of("[jobs]\nshards = 8\n"), "node.toml: jobs.shards: unknown setting");
+  EXPECT_EQ(error_of("jobs = 8\n"), "node.toml: jobs: expected a table ([jobs]), got an integer");
+  // Every message is one line.
+  EXPECT_EQ(error_of("[jobs]\nshard_count = 0\n").find('\n'), std::string::npos);
 }
 
 TEST(NodeConfig, ATomlSyntaxErrorGivesItsLineAndColumn) {

@@ -31,6 +31,9 @@
 //   stop_timeout_ms = 30000       # how long a graceful stop waits for processing entities
 //   stash_capacity = 1000
 //
+//   [jobs]                        # job services started with Node::start_jobs
+//   shard_count = 16              # in a cluster: queue shards per service, the same on every node
+//
 // Tables the node does not know belong to the application: parse() refuses
 // them unless their names are passed as `app_tables`, and hands them over in
 // NodeConfig::app for the application to read with ConfigReader. A key the
@@ -112,6 +115,12 @@ struct EntitiesConfig {
   std::size_t stash_capacity = 1000;
 };
 
+struct JobsConfig {
+  // Queue shards of each cluster-wide job service (Node::start_jobs in a
+  // cluster); ignored on a single node.
+  std::uint32_t shard_count = 16;
+};
+
 // The whole configuration. Value type (copies share the application's tables).
 struct NodeConfig {
   std::string id = "node-1";
@@ -121,6 +130,7 @@ struct NodeConfig {
   JournalConfig journal;
   ClusterConfig cluster;
   EntitiesConfig entities;
+  JobsConfig jobs;
   // The application's tables, by name (each a toml::table).
   std::map<std::string, std::shared_ptr<const toml::table>> app;
 
