@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "dashboard/assets.hpp"
+#include "troupe/cluster/cluster_jobs.hpp"
 
 namespace troupe::node {
 
@@ -796,6 +797,32 @@ nlohmann::json Node::health() const {
   return {{"status", up ? "ok" : "unhealthy"}, {"node", config_.id}, {"services", services}};
 }
 
+Result<JobService> Node::start_jobs(JobSettings settings, JobTranslator translator, JobWorkers workers) {
+  if (settings.journal && settings.journal != journal_)
+    return Error(ErrorCode::invalid_argument,
+                 "job service '" + settings.name +
+                     "': settings.journal: start_jobs runs the service on the node's journal; leave it empty");
+  settings.journal = journal_;
+  std::string name = settings.name;
+  Result<JobService> started = [&]() -> Result<JobService> {
+    if (!cluster_) return JobService::start(*system_, std::move(settings), std::move(translator), std::move(workers));
+    cluster::ClusterJobSettings cs;
+    cs.shard_count = config_.jobs.shard_count;
+    return cluster::start_job_service(*system_, cluster_->remoting(), cluster_->directory(), std::move(settings),
+                                      std::move(translator), std::move(workers), cs);
+  }();
+  if (!started.ok()) return started;
+  if (cluster_) {
+    // Runs in drain() after the cluster's leave, which has handed the
+    // queue shards off: this stops the rest (routing, the keeper thread)
+    // while the directory and remoting it uses still exist. The node
+    // destroys the cluster before it shuts the actor system down, so the
+    // service's own shutdown hook would come too late.
+    stoppers_.push_back([service = *started] { (void)service.stop(); });
+  }
+  watch_jobs(name, *started);
+  return started;
+}
 void Node::add_rate(std::string name, std::function<std::uint64_t()> total) {
   std::lock_guard lk(impl_->mu);
   impl_->rates.emplace_back(std::move(name), std::move(total));

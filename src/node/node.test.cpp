@@ -224,6 +224,59 @@ TEST_F(NodeTest, AJobServiceStoppedByAJournalConflictMakesHealth503AndShowsInMet
   EXPECT_EQ(call_json("GET", "/ready", 200)["ready"], true);
 }
 
+TEST_F(NodeTest, StartJobsOnASingleNodeGivesADurableServiceOnTheNodesJournalThatRunsJobsAndShowsAsUp) {
+  start();
+  auto outputs = std::make_shared<std::atomic<int>>(0);
+  troupe::JobSettings js;
+  js.name = "mail";
+  js.workers = 2;
+  js.on_outcome = [outputs](troupe::JobId, const troupe::Job&, const troupe::JobOutcome& out) {
+    if (auto* ok = std::get_if<troupe::JobSucceeded>(&out); ok && ok->output == "sent hello") outputs->fetch_add(1);
+  };
+  auto jobs = node_->start_jobs(js, send_translator(), send_workers());
+  ASSERT_TRUE(jobs.ok()) << jobs.error().to_string();
+  EXPECT_EQ(jobs->settings().journal, node_->journal());
+  auto id = jobs->enqueue(troupe::Job{"mail", "hello"}).get();
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  ASSERT_TRUE(eventually([&] { return outputs->load() == 1; }));
+  EXPECT_EQ(jobs->stats().succeeded, 1u);
+  EXPECT_TRUE(jobs->health().ok());
+
+  auto health = call_json("GET", "/health", 200);
+  EXPECT_EQ(health["status"], "ok");
+  EXPECT_EQ(health["services"], json({{"jobs/mail", {{"up", true}}}}));
+  auto m = call("GET", "/metrics");
+  EXPECT_NE(m.body.find("troupe_service_up{node=\"n1\",service=\"jobs/mail\"} 1\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("troupe_jobs_outcomes_total{node=\"n1\",service=\"mail\",outcome=\"succeeded\"} 1\n"),
+            std::string::npos);
+  expect_promtool_accepts(m.body, dir_);
+  auto o = call_json("GET", "/api/overview", 200);
+  EXPECT_EQ(o["health"]["status"], "ok");
+  EXPECT_EQ(o["health"]["services"]["jobs/mail"]["up"], true);
+  EXPECT_EQ(o["patterns"]["jobs"]["succeeded"], 1);
+}
+
+TEST_F(NodeTest, StartJobsRefusesAJournalOtherThanTheNodesAndBadSettings) {
+  start();
+  troupe::JobSettings js;
+  js.name = "mail";
+  js.journal = std::make_shared<troupe::MemoryJournal>();
+  auto other = node_->start_jobs(js, send_translator(), send_workers());
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().code(), troupe::ErrorCode::invalid_argument);
+  EXPECT_NE(other.error().message().find("settings.journal"), std::string::npos) << other.error().message();
+  js.name = "";
+  js.journal = nullptr;
+  auto unnamed = node_->start_jobs(js, send_translator(), send_workers());
+  ASSERT_FALSE(unnamed.ok());
+  EXPECT_EQ(unnamed.error().code(), troupe::ErrorCode::invalid_argument);
+  // Neither is watched; the node's own journal is accepted.
+  EXPECT_EQ(call_json("GET", "/health", 200)["services"], json::object());
+  js.name = "mail";
+  js.journal = node_->journal();
+  EXPECT_TRUE(node_->start_jobs(js, send_translator(), send_workers()).ok());
+}
+
 TEST_F(NodeTest, AnyWatchedCheckTurnsHealthTo503WhileItFailsAndAThrowingCheckCountsAsFailing) {
   start();
   auto failing = std::make_shared<std::atomic<bool>>(false);
@@ -337,31 +390,65 @@ TEST(NodeStart, AnAdminPortInUseIsNamedBySetting) {
   EXPECT_EQ(second.error().message().rfind("admin.port: ", 0), 0u) << second.error().message();
 }
 
+// The config of cluster node `id` under `dir`: Redis at `redis_port`, one
+// PostgreSQL schema as the journal every node shares, fast liveness.
+NodeConfig cluster_node_config(const std::string& id, const std::filesystem::path& dir, std::uint16_t redis_port,
+                               const std::string& schema, const std::string& extra = "") {
+  auto c = NodeConfig::parse("[node]\nid = \"" + id + "\"\ndata_dir = \"" + (dir / id).string() +
+                                 "\"\nthreads = 2\n[admin]\nport = 0\n"
+                                 // One journal for all: the cluster shares PostgreSQL.
+                                 "[journal]\nbackend = \"postgres\"\npostgres = \"" +
+                                 troupe::test::shared_postgres_conninfo() + "\"\nschema = \"" + schema + "\"\n"
+                                 "[cluster]\nredis = \"127.0.0.1:" + std::to_string(redis_port) +
+                                 "\"\nlisten_port = 0\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
+                                 "takeover_margin_ms = 200\n[entities]\nshard_count = 16\nstop_timeout_ms = 500\n" +
+                                 extra,
+                             id + ".toml");
+  EXPECT_TRUE(c.ok()) << c.error().to_string();
+  return *c;
+}
+
+// What a cluster test's nodes share: a redis-server, a fresh PostgreSQL
+// schema as their journal, and a scratch directory (removed at the end).
+struct ClusterScratch {
+  explicit ClusterScratch(const std::string& name)
+      : schema(troupe::test::fresh_schema()),
+        dir(std::filesystem::temp_directory_path() / (name + "-" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~ClusterScratch() { std::filesystem::remove_all(dir); }
+  NodeConfig config(const std::string& id, const std::string& extra = "") {
+    return cluster_node_config(id, dir, redis.port(), schema, extra);
+  }
+
+  troupe::test::RedisTestServer redis;
+  std::string schema;
+  std::filesystem::path dir;
+};
+
+// A GET or POST to a node's admin API: the status and the JSON body.
+std::pair<int, json> admin_call(std::uint16_t port, std::string method, std::string target) {
+  troupe::http::ClientSettings cs;
+  cs.port = port;
+  auto c = troupe::http::Client::create(cs);
+  troupe::http::ClientRequest r;
+  r.method = std::move(method);
+  r.target = std::move(target);
+  r.timeout = std::chrono::seconds(30);
+  auto resp = (*c)->request_sync(std::move(r));
+  EXPECT_TRUE(resp.ok());
+  if (!resp.ok()) return {0, json()};
+  return {resp->status, json::parse(resp->body, nullptr, false)};
+}
+
 // Two nodes over a real redis-server: the admin API of either shows the
 // cluster, the other member's load, a rebalance that moves shards, and a
 // drain that hands its shards over.
 TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
-  troupe::test::RedisTestServer redis;
-  const std::string pg = troupe::test::shared_postgres_conninfo();
-  const std::string schema = troupe::test::fresh_schema();
-  auto dir = std::filesystem::temp_directory_path() / ("troupe-node-cluster-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  auto config = [&](const std::string& id) {
-    auto c = NodeConfig::parse("[node]\nid = \"" + id + "\"\ndata_dir = \"" + (dir / id).string() +
-                                   "\"\nthreads = 2\n[admin]\nport = 0\n"
-                                   // One journal for both: the cluster shares PostgreSQL.
-                                   "[journal]\nbackend = \"postgres\"\npostgres = \"" + pg + "\"\nschema = \"" +
-                                   schema + "\"\n"
-                                   "[cluster]\nredis = \"127.0.0.1:" + std::to_string(redis.port()) +
-                                   "\"\nlisten_port = 0\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
-                                   "takeover_margin_ms = 200\n[entities]\nshard_count = 16\nstop_timeout_ms = 500\n",
-                               id + ".toml");
-    EXPECT_TRUE(c.ok()) << c.error().to_string();
-    return *c;
-  };
+  ClusterScratch scratch("troupe-node-cluster");
   auto start = [&](const std::string& id) {
-    auto n = Node::start(config(id));
+    auto n = Node::start(scratch.config(id));
     EXPECT_TRUE(n.ok()) << n.error().to_string();
     troupe::node::EntityTypeOptions<Tally> opts;
     opts.type = "tally";
@@ -373,18 +460,7 @@ TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
     return std::pair{std::move(*n), std::move(*t)};
   };
   auto [n1, t1] = start("a1");
-  auto get = [](std::uint16_t port, std::string method, std::string target) {
-    troupe::http::ClientSettings cs;
-    cs.port = port;
-    auto c = troupe::http::Client::create(cs);
-    troupe::http::ClientRequest r;
-    r.method = std::move(method);
-    r.target = std::move(target);
-    r.timeout = std::chrono::seconds(30);
-    auto resp = (*c)->request_sync(std::move(r));
-    EXPECT_TRUE(resp.ok());
-    return std::pair{resp->status, json::parse(resp->body, nullptr, false)};
-  };
+  auto get = admin_call;
   // Alone, a1 holds every shard once something asks for them.
   for (int i = 0; i < 40; ++i)
     ASSERT_TRUE(t1.ask<std::int64_t>("k" + std::to_string(i), [](troupe::ReplyTo<std::int64_t> r) { return Add{1, std::move(r)}; }, 10s)
@@ -430,7 +506,65 @@ TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
   }
   n2.reset();
   n1.reset();
-  std::filesystem::remove_all(dir);
+}
+
+// Issue 22 in a cluster: start_jobs on every node of one shared journal
+// gives one sharded queue, not one service per node fighting over one log.
+// Jobs enqueued on either node run, both nodes stay healthy, and a drain
+// hands the leaving node's queue shards to the other, which runs the jobs
+// that come next.
+TEST(NodeCluster, StartJobsOnEveryNodeOfASharedJournalShardsTheQueueAndEveryNodeStaysHealthy) {
+  ClusterScratch scratch("troupe-node-cluster-jobs");
+  auto done = std::make_shared<std::atomic<int>>(0);
+  auto start = [&](const std::string& id) {
+    auto n = Node::start(scratch.config(id, "[jobs]\nshard_count = 4\n"));
+    EXPECT_TRUE(n.ok()) << n.error().to_string();
+    troupe::JobSettings js;
+    js.name = "refunds";
+    js.workers = 2;
+    js.on_outcome = [done](troupe::JobId, const troupe::Job&, const troupe::JobOutcome& out) {
+      if (std::holds_alternative<troupe::JobSucceeded>(out)) done->fetch_add(1);
+    };
+    auto jobs = (*n)->start_jobs(js, send_translator(), send_workers());
+    EXPECT_TRUE(jobs.ok()) << jobs.error().to_string();
+    return std::pair{std::move(*n), std::optional<troupe::JobService>(std::move(*jobs))};
+  };
+  // Handles first, so they go before their nodes.
+  std::optional<troupe::JobService> j1, j2;
+  std::unique_ptr<Node> n1, n2;
+  std::tie(n1, j1) = start("b1");
+  std::tie(n2, j2) = start("b2");
+  for (int i = 0; i < 10; ++i) {
+    for (auto* jobs : {&*j1, &*j2}) {
+      auto id = jobs->enqueue(troupe::Job{"refund", "r" + std::to_string(i)}).get();
+      ASSERT_TRUE(id.ok()) << id.error().to_string();
+    }
+  }
+  // At least once: a job may run again after a move, never fewer times.
+  ASSERT_TRUE(eventually([&] { return done->load() >= 20; })) << done->load() << " of 20 jobs ran";
+  for (auto* n : {n1.get(), n2.get()}) {
+    auto [status, health] = admin_call(n->admin_port(), "GET", "/health");
+    EXPECT_EQ(status, 200) << health.dump();
+    EXPECT_EQ(health["services"]["jobs/refunds"]["up"], true) << health.dump();
+    auto o = admin_call(n->admin_port(), "GET", "/api/overview").second;
+    EXPECT_EQ(o["health"]["status"], "ok") << o["health"].dump();
+  }
+
+  // b1 leaves. It holds the queue shards (placement gave them to the first
+  // node up); they move to b2, which runs what is enqueued from now on.
+  ASSERT_TRUE(n1->drain().ok());
+  for (int i = 0; i < 4; ++i) {
+    auto id = j2->enqueue(troupe::Job{"refund", "after-" + std::to_string(i)}).get();
+    ASSERT_TRUE(id.ok()) << id.error().to_string();
+  }
+  ASSERT_TRUE(eventually([&] { return done->load() >= 24; })) << done->load() << " of 24 jobs ran";
+  EXPECT_GE(j2->stats().succeeded, 4u) << "b2 ran them on the shards it took over";
+  EXPECT_TRUE(j2->health().ok()) << j2->health().error().to_string();
+  EXPECT_EQ(admin_call(n2->admin_port(), "GET", "/health").first, 200);
+  j2.reset();
+  n2.reset();
+  j1.reset();
+  n1.reset();
 }
 
 }  // namespace

@@ -9,15 +9,17 @@
 //   auto cfg = troupe::node::NodeConfig::load("payment.toml", {"payment"});
 //   auto node = troupe::node::Node::start(std::move(*cfg));     // exits with a message on error
 //   auto payments = (*node)->serve_entities<Payment>({.type = "payment", .events = codecs(), ...});
+//   auto refunds = (*node)->start_jobs(refund_settings, translator, workers);  // durable; sharded in a cluster
 //   (*node)->mark_ready();
 //   (*node)->wait_for_stop_signal();   // SIGINT / SIGTERM: graceful drain, then return
 //
 // Entity types are served the same way on one node and in a cluster:
 // serve_entities starts an EntityRegistry on a single node and a
-// ShardRegion in a cluster, behind one Entities<B> handle.
+// ShardRegion in a cluster, behind one Entities<B> handle. Job services
+// likewise: start_jobs gives one JobService handle either way.
 //
 // Health: /health, troupe_service_up and the dashboard report every
-// watched service (watch_health; watch_jobs watches its service's),
+// watched service (watch_health; watch_jobs and start_jobs watch theirs),
 // so a service that stopped on a fault is loud, not an idle queue.
 //
 // Ownership: start() returns the only owner. The node owns the actor
@@ -176,6 +178,34 @@ class Node {
     add_entity_type(std::move(view));
     return Entities<B>(std::move(reg));
   }
+
+  // Starts a durable job service on the node's journal, watched as
+  // watch_jobs(settings.name, ...) does, and returns it.
+  //
+  // Why: a durable JobService writes one journal log ("jobs|<name>"), which
+  // takes one writer. On a single node that is JobService::start. In a
+  // cluster the nodes share one journal (PostgreSQL), so one such service
+  // per node would collide: the first node's appends win and every other
+  // node's service stops on a journal_conflict. Clustered, this starts
+  // troupe::cluster::start_job_service instead, which splits the queue into
+  // `jobs.shard_count` queue shards (config), each its own log, each run by
+  // the one node placement gives it. Every node calls start_jobs with the
+  // same name and settings.
+  //
+  // settings.journal is set to journal(); invalid_argument if the caller set
+  // another journal. Otherwise the errors of JobService::start (or of
+  // start_job_service: invalid_argument for bad settings or a name in use).
+  // On a single node it blocks while it reads the service's log.
+  //
+  // Stopping: on a single node the actor system's shutdown stops the
+  // service (when the node is destroyed). In a cluster, drain() first
+  // leaves the cluster, which hands this node's queue shards to the other
+  // members (the directory stops each one; its jobs are in its log), and
+  // then stops what is left of the service here. Do not stop it yourself
+  // before drain(): that would stop its shards without handing them off.
+  // Not thread-safe: call during start-up, from one thread, before drain()
+  // (like serve_entities).
+  Result<JobService> start_jobs(JobSettings settings, JobTranslator translator, JobWorkers workers);
 
   // Reported in /metrics, /api/overview and the dashboard. watch_jobs also
   // watches the service's health() as "jobs/<name>" (watch_health).
