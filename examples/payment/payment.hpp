@@ -22,9 +22,13 @@
 //
 // Cancel. In WaitingForRequest it cancels the payment. In Settling it waits
 // for the outcome. After Completed it is a refund: the payment moves to
-// Cancelled with the refunded amount (the refund is recorded; sending it to
-// the gateway is out of this example's scope). After Failed there is nothing
-// to undo: the current status is the answer.
+// Cancelled with the refunded amount and, in a second processing state
+// (Refunding), hands the refund to the durable refund queue; the cancel is
+// answered once the queue has accepted it (RefundQueued, with the job id),
+// or, if it could not (RefundNotQueued: queue refused, or no answer within
+// the deadline), with that failure, and the next Cancel tries again. A
+// Cancel meanwhile waits, so a double click queues one refund. After Failed
+// there is nothing to undo: the current status is the answer.
 //
 // Settle is idempotent per payment id: a retry with the same order and amount
 // gets the outcome (at once, or when the episode in progress ends); one with
@@ -86,6 +90,12 @@ struct PaymentState {
   std::int64_t accepted_at_ms = 0;  // wall clock, ms since the epoch
   std::string detail;               // authorisation code, or why it failed
   std::int64_t refunded = 0;
+  std::uint64_t refund_job = 0;  // the refund queue's job id, once it accepted the refund
+  std::string refund_error;      // why the last try to queue the refund failed (empty: none failed)
+
+  // Cancelled after completion, and the refund not yet accepted by the queue
+  // nor failed: the Refunding processing state.
+  bool refunding() const { return phase == Phase::cancelled && refunded > 0 && refund_job == 0 && refund_error.empty(); }
 };
 
 // What every command that asks about a payment gets back. Value type.
@@ -125,10 +135,22 @@ struct GetStatus {
 struct GatewayAnswered {
   troupe::Result<GatewayReply> answer;
 };
+// Asks the refund queue (the service's refund desk actor) to take a refund;
+// answered with the job id once the durable queue has accepted it.
+struct QueueRefund {
+  std::string payment_id;
+  std::int64_t amount = 0;
+  troupe::ReplyTo<std::uint64_t> reply_to;
+};
+
+// The refund queue's answer (the job id), or why the refund was not queued.
+struct RefundAnswered {
+  troupe::Result<std::uint64_t> job;
+};
 // The payment is finished: free its memory (it recovers on the next command).
 struct Rest {};
 
-using Command = std::variant<Create, Settle, Cancel, GetStatus, GatewayAnswered, Rest>;
+using Command = std::variant<Create, Settle, Cancel, GetStatus, GatewayAnswered, RefundAnswered, Rest>;
 
 // --- events: each carries what recovery needs to rebuild the state --------------
 
@@ -158,9 +180,17 @@ struct SettlementTimedOut {  // stored by the runtime at the processing deadline
 struct PaymentCancelled {
   std::int64_t refunded = 0;  // 0 when cancelled before settling
 };
+struct RefundQueued {  // the refund queue accepted the refund
+  std::uint64_t job = 0;
+};
+struct RefundNotQueued {  // it refused, or did not answer by the deadline
+  std::string reason;
+};
+struct RefundRetried {};  // a Cancel after RefundNotQueued: queue it again
 
 using Event = std::variant<SettlementAccepted, SettlementSucceeded, SettlementDeclined, SettlementFailed,
-                           SettlementTimedOut, PaymentCancelled, PaymentCreated>;
+                           SettlementTimedOut, PaymentCancelled, PaymentCreated, RefundQueued, RefundNotQueued,
+                           RefundRetried>;
 
 // --- the behaviour -------------------------------------------------------------------
 
@@ -175,8 +205,9 @@ class Payment {
   using Effect = troupe::Effect<Event, State>;
   using Context = troupe::EntityContext<Payment>;
 
-  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::Duration processing_timeout)
-      : gateway_(std::move(gateway)), processing_timeout_(processing_timeout) {}
+  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::ActorRef<QueueRefund> refunds,
+          troupe::Duration processing_timeout)
+      : gateway_(std::move(gateway)), refunds_(std::move(refunds)), processing_timeout_(processing_timeout) {}
 
   Effect on_command(const State& s, Command& c, Context& ctx) {
     return troupe::match(
@@ -184,6 +215,7 @@ class Payment {
         [&](Cancel& m) { return on_cancel(s, m, ctx); },
         [&](GetStatus& m) { return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()}); },
         [&](GatewayAnswered& m) { return on_gateway_answer(s, m, ctx); },
+        [&](RefundAnswered& m) { return on_refund_answer(s, m, ctx); },
         [&](Rest&) { return Effect::passivate(); });
   }
 
@@ -214,18 +246,27 @@ class Payment {
         [&](const PaymentCancelled& x) {
           s.phase = Phase::cancelled;
           s.refunded = x.refunded;
-        });
+        },
+        [&](const RefundQueued& x) { s.refund_job = x.job; },
+        [&](const RefundNotQueued& x) { s.refund_error = x.reason.empty() ? "refund not queued" : x.reason; },
+        [&](const RefundRetried&) { s.refund_error.clear(); });
   }
 
-  // Settling is the processing state; its deadline stores SettlementTimedOut.
+  // Settling and Refunding are processing states. Settling's deadline stores
+  // SettlementTimedOut; Refunding's stores RefundNotQueued (the queue did not
+  // answer: a Cancel tries again).
   std::optional<troupe::Processing<Event>> processing(const State& s) const {
-    if (s.phase != Phase::settling) return std::nullopt;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(processing_timeout_).count();
-    return troupe::Processing<Event>{processing_timeout_, SettlementTimedOut{ms}};
+    if (s.phase == Phase::settling) return troupe::Processing<Event>{processing_timeout_, SettlementTimedOut{ms}};
+    if (s.refunding())
+      return troupe::Processing<Event>{
+          processing_timeout_, RefundNotQueued{"the refund queue did not answer within " + std::to_string(ms) + " ms"}};
+    return std::nullopt;
   }
 
-  // The deadline ended the episode (SettlementTimedOut is stored): answer the
-  // client that waited for it, then rest like any finished payment.
+  // The deadline ended the episode (SettlementTimedOut or RefundNotQueued is
+  // stored): answer the client that waited for it, then rest like any
+  // finished payment.
   void on_processing_timeout(const State& s, Context& ctx) {
     answer_client(s, ctx);
     ctx.tell_self(Rest{});
@@ -290,12 +331,43 @@ class Payment {
       case Phase::settling:
         return Effect::stash();  // what a cancel means depends on the outcome
       case Phase::completed:
-        return Effect::persist(PaymentCancelled{s.amount}).then_reply(m.reply_to, reply).then_passivate();
-      case Phase::failed:
+        // Answered when the refund queue has answered (see the file comment).
+        client_ = std::move(m.reply_to);
+        return Effect::persist(PaymentCancelled{s.amount}).then([this, &ctx](const State& st) {
+          queue_refund(st, ctx);
+        });
       case Phase::cancelled:
+        if (s.refunding()) return Effect::stash();  // the refund is being queued: wait for it
+        if (!s.refund_error.empty()) {              // the last try failed: try again
+          client_ = std::move(m.reply_to);
+          return Effect::persist(RefundRetried{}).then([this, &ctx](const State& st) { queue_refund(st, ctx); });
+        }
+        return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // nothing more to do
+      case Phase::failed:
         return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // nothing to undo
     }
     return Effect::none();
+  }
+
+  Effect on_refund_answer(const State& s, RefundAnswered& m, Context& ctx) {
+    // An answer after the deadline: the episode has ended as not queued. (The
+    // queue may have taken it after all; a later Cancel queues it again, and
+    // the gateway may see the refund twice.)
+    if (!s.refunding()) return Effect::none();
+    Effect e = m.job.ok() ? Effect::persist(RefundQueued{m.job.value()})
+                          : Effect::persist(RefundNotQueued{m.job.error().to_string()});
+    return std::move(e).then([this, &ctx](const State& st) { answer_client(st, ctx); }).then_passivate();
+  }
+
+  void queue_refund(const State& s, Context& ctx) {
+    if (!s.refunding()) {  // cancelled before settling: nothing to pay back
+      answer_client(s, ctx);
+      return;
+    }
+    ctx.ask<std::uint64_t>(
+        refunds_, [&](troupe::ReplyTo<std::uint64_t> r) { return QueueRefund{ctx.id(), s.refunded, std::move(r)}; },
+        processing_timeout_ + std::chrono::seconds(1),
+        [](troupe::Result<std::uint64_t> r) { return RefundAnswered{std::move(r)}; });
   }
 
   Effect on_gateway_answer(const State& s, GatewayAnswered& m, Context& ctx) {
@@ -335,8 +407,9 @@ class Payment {
   }
 
   troupe::ActorRef<GatewayMsg> gateway_;
+  troupe::ActorRef<QueueRefund> refunds_;
   troupe::Duration processing_timeout_;
-  troupe::ReplyTo<PaymentStatus> client_;  // the Settle waiting for this episode's outcome
+  troupe::ReplyTo<PaymentStatus> client_;  // the Settle or Cancel waiting for this episode's outcome
 };
 
 // --- codecs: every event as bytes, and back ------------------------------------------
@@ -405,6 +478,23 @@ inline troupe::EventCodecs<Event> payment_codecs() {
         e.refunded = r.i64();
         return r.finish(std::move(e));
       });
+  c.add<RefundQueued>(
+      "RefundQueued", 1, [](const RefundQueued& e, ByteWriter& w) { w.u64(e.job); },
+      [](std::uint32_t, ByteReader& r) -> Result<RefundQueued> {
+        RefundQueued e;
+        e.job = r.u64();
+        return r.finish(std::move(e));
+      });
+  c.add<RefundNotQueued>(
+      "RefundNotQueued", 1, [](const RefundNotQueued& e, ByteWriter& w) { w.str(e.reason); },
+      [](std::uint32_t, ByteReader& r) -> Result<RefundNotQueued> {
+        RefundNotQueued e;
+        e.reason = r.str();
+        return r.finish(std::move(e));
+      });
+  c.add<RefundRetried>(
+      "RefundRetried", 1, [](const RefundRetried&, ByteWriter&) {},
+      [](std::uint32_t, ByteReader& r) -> Result<RefundRetried> { return r.finish(RefundRetried{}); });
   return c;
 }
 

@@ -141,7 +141,8 @@ http::Response error_response(const Error& e) {
 void write_status(const PaymentStatus& st, troupe::ByteWriter& w) {
   const auto& s = st.state;
   w.u64(static_cast<std::uint64_t>(s.phase)).u64(static_cast<std::uint64_t>(s.failure));
-  w.str(s.customer).str(s.order_id).i64(s.amount).i64(s.accepted_at_ms).str(s.detail).i64(s.refunded).u64(st.events);
+  w.str(s.customer).str(s.order_id).i64(s.amount).i64(s.accepted_at_ms).str(s.detail).i64(s.refunded);
+  w.u64(s.refund_job).str(s.refund_error).u64(st.events);
 }
 
 Result<PaymentStatus> read_status(troupe::ByteReader& r) {
@@ -155,6 +156,8 @@ Result<PaymentStatus> read_status(troupe::ByteReader& r) {
   s.accepted_at_ms = r.i64();
   s.detail = r.str();
   s.refunded = r.i64();
+  s.refund_job = r.u64();
+  s.refund_error = r.str();
   st.events = r.u64();
   if (phase > static_cast<std::uint64_t>(Phase::cancelled) || failure > static_cast<std::uint64_t>(Failure::gateway_error))
     return Error(ErrorCode::protocol_error, "payment status: unknown phase or failure");
@@ -163,11 +166,13 @@ Result<PaymentStatus> read_status(troupe::ByteReader& r) {
   return r.finish(std::move(st));
 }
 
-troupe::cluster::MessageCodecs<Command> command_codecs() {
+// The commands' wire codecs; an error if a registration is refused (an
+// empty or colliding message name), which start() reports.
+Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
   using troupe::ByteReader;
   using troupe::ByteWriter;
   troupe::cluster::MessageCodecs<Command> c;
-  (void)c.add<Create>(
+  Result<void> added = c.add<Create>(
       "payment.Create", [](const Create& m, ByteWriter& w) { w.str(m.customer).str(m.order_id).i64(m.amount); },
       [](ByteReader& r) -> Result<Create> {
         Create m;
@@ -177,7 +182,8 @@ troupe::cluster::MessageCodecs<Command> command_codecs() {
         return r.finish(std::move(m));
       },
       write_status, read_status);
-  (void)c.add<Settle>(
+  if (!added.ok()) return std::move(added).error();
+  added = c.add<Settle>(
       "payment.Settle", [](const Settle& m, ByteWriter& w) { w.str(m.order_id).i64(m.amount).str(m.customer); },
       [](ByteReader& r) -> Result<Settle> {
         Settle m;
@@ -187,12 +193,15 @@ troupe::cluster::MessageCodecs<Command> command_codecs() {
         return r.finish(std::move(m));
       },
       write_status, read_status);
-  (void)c.add<Cancel>(
+  if (!added.ok()) return std::move(added).error();
+  added = c.add<Cancel>(
       "payment.Cancel", [](const Cancel&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(Cancel{}); },
       write_status, read_status);
-  (void)c.add<GetStatus>(
+  if (!added.ok()) return std::move(added).error();
+  added = c.add<GetStatus>(
       "payment.GetStatus", [](const GetStatus&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(GetStatus{}); },
       write_status, read_status);
+  if (!added.ok()) return std::move(added).error();
   return c;
 }
 
@@ -209,6 +218,8 @@ json status_json(const std::string& id, const PaymentStatus& st) {
           {"failure", f ? json(f) : json(nullptr)},
           {"detail", s.detail},
           {"refunded", s.refunded},
+          {"refund_job", s.refund_job},
+          {"refund_error", s.refund_error.empty() ? json(nullptr) : json(s.refund_error)},
           {"events", st.events}};
 }
 
@@ -254,6 +265,32 @@ Result<ServiceSettings> ServiceSettings::from(const troupe::node::NodeConfig& co
   return s;
 }
 
+// --- the refund desk: where a payment hands its refund to the durable queue ---------------
+
+// Takes a payment's QueueRefund, enqueues the refund job (priority by
+// amount) and answers with its id once the queue has accepted it (journaled),
+// or with why not. Stateless apart from its handles; one per node.
+class RefundDesk final : public troupe::Actor<QueueRefund> {
+ public:
+  RefundDesk(troupe::JobService jobs, std::shared_ptr<troupe::node::Counter> outcomes)
+      : jobs_(std::move(jobs)), outcomes_(std::move(outcomes)) {}
+
+  void receive(QueueRefund& m) {
+    // Large refunds first: the customer waits for more money.
+    int priority = m.amount >= 100'000 ? 10 : m.amount >= 10'000 ? 5 : 1;
+    jobs_.enqueue(troupe::Job{"refund", json{{"payment_id", m.payment_id}, {"amount", m.amount}}.dump()}, priority)
+        .then([rt = std::move(m.reply_to), outcomes = outcomes_](Result<troupe::JobId> id) mutable {
+          if (!id.ok()) return rt.fail(std::move(id).error());
+          outcomes->add({"refund_queued"});
+          rt.reply(id.value());
+        });
+  }
+
+ private:
+  troupe::JobService jobs_;
+  std::shared_ptr<troupe::node::Counter> outcomes_;
+};
+
 // --- the service ------------------------------------------------------------------------
 
 struct PaymentService::Impl {
@@ -264,6 +301,7 @@ struct PaymentService::Impl {
   std::shared_ptr<Shared> shared;
   std::optional<troupe::ProcessManager<SettleProcess>> settlements;
   std::optional<troupe::JobService> refunds;
+  troupe::ActorRef<QueueRefund> refund_desk;
   std::unique_ptr<http::Server> server;
 
   std::shared_ptr<troupe::node::Counter> outcomes;
@@ -295,12 +333,6 @@ struct PaymentService::Impl {
       count(outcome, start);
       out.respond(http::Response::json(200, status_json(id, *r).dump()));
     });
-  }
-
-  void refund(const std::string& id, std::int64_t amount) {
-    // Large refunds first: the customer waits for more money.
-    int priority = amount >= 100'000 ? 10 : amount >= 10'000 ? 5 : 1;
-    (void)refunds->enqueue(troupe::Job{"refund", json{{"payment_id", id}, {"amount", amount}}.dump()}, priority);
   }
 
   http::Router routes();
@@ -383,13 +415,19 @@ http::Router PaymentService::Impl::routes() {
     auto f = shared->payments.ask<PaymentStatus>(
         id, [](troupe::ReplyTo<PaymentStatus> rt) { return Cancel{std::move(rt)}; },
         settings.processing_timeout + 10s);
-    std::move(f).then([this, id, out = std::move(out)](Result<PaymentStatus> st) mutable {
+    std::move(f).then([id, out = std::move(out)](Result<PaymentStatus> st) mutable {
       if (!st.ok()) return out.respond(error_response(st.error()));
-      // A refund is recorded by the entity (Cancelled with the amount);
-      // paying it back is the refund job's.
-      if (st->state.phase == Phase::cancelled && st->state.refunded > 0 && st->events > 0) {
-        outcomes->add({"refund_requested"});
-        refund(id, st->state.refunded);
+      // The entity answers a refund once the durable refund queue has
+      // accepted it (refund_job). If it could not, the refund is recorded but
+      // will not be sent until a cancel succeeds: say so, never 200.
+      const auto& s = st->state;
+      if (s.phase == Phase::cancelled && s.refunded > 0 && s.refund_job == 0) {
+        return out.respond(http::Response::error(
+            503, "refund_not_queued",
+            "payment '" + id + "' is cancelled and its refund of " + std::to_string(s.refunded) +
+                " recorded, but the refund queue did not take it (" +
+                (s.refund_error.empty() ? std::string("no answer") : s.refund_error) +
+                "); send the cancel again to queue it"));
       }
       out.respond(http::Response::json(200, status_json(id, *st).dump()));
     });
@@ -443,14 +481,50 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
   // entity's deadline (stored, recoverable) is what ends a hung request.
   impl->gateway = node.system().spawn<HttpGateway>(impl->gateway_client, settings.processing_timeout + 1s);
 
+  troupe::JobSettings js;
+  js.name = "refunds";
+  js.workers = settings.refund_workers;
+  js.max_attempts = 5;
+  js.default_timeout = 10s;
+  js.watchdog_limit = 30s;
+  js.log = false;
+  auto refund_client = impl->gateway_client;
+  // Durable (accepted refunds survive a crash, J6) on the node's journal;
+  // in a cluster the queue is sharded over the nodes (jobs.shard_count).
+  auto jobs = node.start_jobs(
+      js,
+      [](const troupe::Job& j) -> std::optional<troupe::JobWorkerCall> {
+        if (j.kind == "refund") return troupe::JobWorkerCall{"gateway", j.payload};
+        return std::nullopt;
+      },
+      {{"gateway", [refund_client](troupe::JobRun run) {
+          http::ClientRequest req;
+          req.method = "POST";
+          req.target = "/refund";
+          req.content_type = "application/json";
+          req.body = run.detail();
+          refund_client->request(std::move(req), [run](Result<http::Response> resp) {
+            if (!resp.ok()) return (void)run.fail(resp.error().message());
+            if (resp->status != 200) return (void)run.fail("gateway answered HTTP " + std::to_string(resp->status));
+            run.succeed(resp->body);
+          });
+        }}});
+  if (!jobs.ok()) return Error(jobs.error().code(), "the refund queue: " + jobs.error().message());
+  impl->refunds = *jobs;
+  impl->refund_desk = node.system().spawn<RefundDesk>(troupe::SpawnOptions{.name = "refund-desk"}, *jobs, impl->outcomes);
+  if (!impl->refund_desk) return Error(ErrorCode::shutting_down, "the actor system is shutting down");
+
   troupe::node::EntityTypeOptions<Payment> opts;
   opts.type = "payment";
   opts.events = payment_codecs();
-  opts.commands = command_codecs();
+  auto commands = command_codecs();
+  if (!commands.ok()) return Error(commands.error().code(), "the payment commands' codecs: " + commands.error().message());
+  opts.commands = std::move(commands).value();
   opts.stop_timeout = settings.processing_timeout + 1s;
   auto gateway = impl->gateway;
+  auto desk = impl->refund_desk;
   auto timeout = settings.processing_timeout;
-  opts.factory = [gateway, timeout](const std::string&) { return Payment(gateway, timeout); };
+  opts.factory = [gateway, desk, timeout](const std::string&) { return Payment(gateway, desk, timeout); };
   Impl* raw = impl.get();
   auto payments = node.serve_entities<Payment>(std::move(opts), [raw](const std::string& id, auto done) {
     if (!raw->shared) return done(Error(ErrorCode::not_ready, "the payment service is starting"));
@@ -484,37 +558,6 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
   impl->settlements = *pm;
   node.watch_process_manager("settlements", [pm = *pm] { return pm.stats(); });
 
-  troupe::JobSettings js;
-  js.name = "refunds";
-  js.workers = settings.refund_workers;
-  js.max_attempts = 5;
-  js.default_timeout = 10s;
-  js.watchdog_limit = 30s;
-  js.journal = node.journal();  // accepted refunds survive a restart (J6)
-  js.log = false;
-  auto refund_client = impl->gateway_client;
-  auto jobs = troupe::JobService::start(
-      node.system(), js,
-      [](const troupe::Job& j) -> std::optional<troupe::JobWorkerCall> {
-        if (j.kind == "refund") return troupe::JobWorkerCall{"gateway", j.payload};
-        return std::nullopt;
-      },
-      {{"gateway", [refund_client](troupe::JobRun run) {
-          http::ClientRequest req;
-          req.method = "POST";
-          req.target = "/refund";
-          req.content_type = "application/json";
-          req.body = run.detail();
-          refund_client->request(std::move(req), [run](Result<http::Response> resp) {
-            if (!resp.ok()) return (void)run.fail(resp.error().message());
-            if (resp->status != 200) return (void)run.fail("gateway answered HTTP " + std::to_string(resp->status));
-            run.succeed(resp->body);
-          });
-        }}});
-  if (!jobs.ok()) return std::move(jobs).error();
-  impl->refunds = *jobs;
-  node.watch_jobs("refunds", *jobs);
-
   node.add_rate("payments", [raw] { return raw->finished.load(std::memory_order_relaxed); });
   node.set_latency("payment", impl->latency);
   for (const char* o : {"completed", "declined", "gateway_error", "timed_out", "refused"}) {
@@ -524,7 +567,7 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
       if (ch == '_') ch = ' ';
     node.add_counter(tile, [raw, label] { return raw->outcomes->value({label}); });
   }
-  node.add_counter("refunds requested", [raw] { return raw->outcomes->value({"refund_requested"}); });
+  node.add_counter("refunds queued", [raw] { return raw->outcomes->value({"refund_queued"}); });
 
   http::ServerSettings hs;
   hs.host = settings.host;

@@ -10,7 +10,9 @@ answers (it fails as timed out at the processing deadline), back-pressure
 
 Usage: service_test.py BIN_DIR
 proves: E1, E3 (the deadline ends a hung settlement), P1 (429 past the
-bound), X1 (bad requests get a 4xx with a reason; bad config names the setting)
+bound), X1 (bad requests get a 4xx with a reason; bad config names the setting),
+J6 (a cancelled payment's refund is queued durably before the cancel is
+answered, once for a double click, and reaches the gateway)
 """
 
 import json
@@ -132,19 +134,31 @@ def main():
         s, r = call(api, "POST", "/payments/pay-o2/settle", {})
         check(s == 200 and r["status"] == "Completed" and r["amount"] == 500, f"settle a created payment: {s} {r}")
 
-        s, r = call(api, "POST", "/payments/pay-o1/cancel")
-        check(s == 200 and r["status"] == "Cancelled" and r["refunded"] == 1250,
-              f"cancelling a completed payment refunds it: {s} {r}")
+        # A user who clicks twice: two cancels at once, one refund.
+        answers = []
+        clicks = [threading.Thread(target=lambda: answers.append(call(api, "POST", "/payments/pay-o1/cancel")))
+                  for _ in range(2)]
+        for t in clicks:
+            t.start()
+        for t in clicks:
+            t.join()
+        for s, r in answers:
+            check(s == 200 and r["status"] == "Cancelled" and r["refunded"] == 1250 and r["refund_job"] > 0,
+                  f"cancelling a completed payment answers once the refund is queued: {s} {r}")
+        check(len({r["refund_job"] for _, r in answers}) == 1, f"a double click queues one refund: {answers}")
         s, r = call(api, "GET", "/payments/pay-o1")
-        check(s == 200 and r["status"] == "Cancelled", "get shows the refund")
-        refunded = False
+        check(s == 200 and r["status"] == "Cancelled" and r["refund_job"] > 0, "get shows the queued refund")
+        refunds = {}
         for _ in range(100):
-            s, st = call(gw_port, "GET", "/stats")
-            if s == 200 and st.get("refunds", 0) >= 1:
-                refunded = True
+            s, got = call(gw_port, "GET", "/refunds")
+            refunds = got.get("refunds", {}) if s == 200 else {}
+            if refunds.get("pay-o1", 0) >= 1:
                 break
             time.sleep(0.1)
-        check(refunded, "the refund job reached the gateway")
+        time.sleep(0.3)
+        s, got = call(gw_port, "GET", "/refunds")
+        check(s == 200 and got["refunds"].get("pay-o1") == 1,
+              f"the refund reached the gateway, once: {got}")
 
         s, r = call(api, "GET", "/payments/nobody")
         check(s == 404 and r["error"]["code"] == "not_found", f"an unknown payment is 404: {s}")
