@@ -188,6 +188,9 @@ struct Node::Impl {
   std::vector<std::pair<std::string, KeyedLock>> locks;
   std::vector<std::pair<std::string, std::function<ProcessStats()>>> managers;
   std::vector<std::pair<std::string, JobService>> jobs;
+  // Directory types of cluster-wide job queues ("jobs/<name>"): rebalanced
+  // with the entity types.
+  std::vector<std::string> job_queues;
   std::vector<std::pair<std::string, std::function<Result<void>()>>> health_checks;
   std::vector<std::pair<std::string, std::function<std::uint64_t()>>> rates;
   std::vector<std::pair<std::string, std::function<std::uint64_t()>>> counters;
@@ -574,6 +577,7 @@ http::Router Node::Impl::routes() {
     {
       std::lock_guard lk(mu);
       for (const auto& t : types) names.push_back(t.type);
+      names.insert(names.end(), job_queues.begin(), job_queues.end());
     }
     // rebalance_all waits on Redis: off the io thread, on a thread the
     // node joins before it stops the cluster.
@@ -819,6 +823,21 @@ Result<JobService> Node::start_jobs(JobSettings settings, JobTranslator translat
     // destroys the cluster before it shuts the actor system down, so the
     // service's own shutdown hook would come too late.
     stoppers_.push_back([service = *started] { (void)service.stop(); });
+    // The first node up placed every queue shard on itself: a node that
+    // joins takes its share now, so each node runs its own shards and
+    // enqueues without a network hop. A moved shard is handed off (its
+    // running jobs finish first, the rest wait in its log).
+    const std::string type = cluster::job_queue_type(name);
+    {
+      std::lock_guard lk(impl_->mu);
+      impl_->job_queues.push_back(type);
+    }
+    auto moved = cluster_->coordinator().rebalance_all(cluster::detail::shard_group(type));
+    std::move(moved).then([id = config_.id, type](Result<std::vector<cluster::Move>> r) {
+      if (!r.ok())
+        std::fprintf(stderr, "troupe: node '%s': balancing the queue shards of '%s' failed: %s\n", id.c_str(),
+                     type.c_str(), r.error().to_string().c_str());
+    });
   }
   watch_jobs(name, *started);
   return started;

@@ -534,6 +534,10 @@ TEST(NodeCluster, StartJobsOnEveryNodeOfASharedJournalShardsTheQueueAndEveryNode
   std::unique_ptr<Node> n1, n2;
   std::tie(n1, j1) = start("b1");
   std::tie(n2, j2) = start("b2");
+  // b1 placed every queue shard on itself; b2 takes its share as it starts:
+  // two shards of two workers each.
+  ASSERT_TRUE(eventually([&] { return j1->stats().idle == 4 && j2->stats().idle == 4; }))
+      << "b1 " << j1->stats().idle << " and b2 " << j2->stats().idle << " idle workers";
   for (int i = 0; i < 10; ++i) {
     for (auto* jobs : {&*j1, &*j2}) {
       auto id = jobs->enqueue(troupe::Job{"refund", "r" + std::to_string(i)}).get();
@@ -542,6 +546,8 @@ TEST(NodeCluster, StartJobsOnEveryNodeOfASharedJournalShardsTheQueueAndEveryNode
   }
   // At least once: a job may run again after a move, never fewer times.
   ASSERT_TRUE(eventually([&] { return done->load() >= 20; })) << done->load() << " of 20 jobs ran";
+  EXPECT_EQ(j1->stats().succeeded, 10u) << "each node runs what it enqueued, on its own shards";
+  EXPECT_EQ(j2->stats().succeeded, 10u);
   for (auto* n : {n1.get(), n2.get()}) {
     auto [status, health] = admin_call(n->admin_port(), "GET", "/health");
     EXPECT_EQ(status, 200) << health.dump();
@@ -550,15 +556,15 @@ TEST(NodeCluster, StartJobsOnEveryNodeOfASharedJournalShardsTheQueueAndEveryNode
     EXPECT_EQ(o["health"]["status"], "ok") << o["health"].dump();
   }
 
-  // b1 leaves. It holds the queue shards (placement gave them to the first
-  // node up); they move to b2, which runs what is enqueued from now on.
+  // b1 leaves: its shards move to b2, which runs what is enqueued from now on.
   ASSERT_TRUE(n1->drain().ok());
   for (int i = 0; i < 4; ++i) {
     auto id = j2->enqueue(troupe::Job{"refund", "after-" + std::to_string(i)}).get();
     ASSERT_TRUE(id.ok()) << id.error().to_string();
   }
   ASSERT_TRUE(eventually([&] { return done->load() >= 24; })) << done->load() << " of 24 jobs ran";
-  EXPECT_GE(j2->stats().succeeded, 4u) << "b2 ran them on the shards it took over";
+  EXPECT_GE(j2->stats().succeeded, 14u) << "b2 ran them";
+  EXPECT_EQ(j2->stats().idle, 8u) << "on the four shards, two of them taken over";
   EXPECT_TRUE(j2->health().ok()) << j2->health().error().to_string();
   EXPECT_EQ(admin_call(n2->admin_port(), "GET", "/health").first, 200);
   j2.reset();

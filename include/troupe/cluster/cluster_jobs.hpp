@@ -19,9 +19,10 @@
 //                           journaled there, run by A's FSM workers
 //   A owns none yet     ──> a shard owned elsewhere, over the node pair's
 //                           connection (ClusterJobSettings::route_timeout)
-//   A leaves            ──> each shard stops (queued and running jobs are
-//                           journaled already), is released, and starts on
-//                           its new owner, which recovers and runs them
+//   A leaves, or a         each shard stops taking jobs, lets its running
+//   rebalance moves     ──> ones finish (stop_bound), stops (queued jobs are
+//   a shard away            in its log), is released, and starts on its new
+//                           owner, which recovers and runs them
 //   A dies / is fenced  ──> after the liveness threshold + takeover margin,
 //                           placement moves A's shards to live nodes, which
 //                           recover and run every accepted, unfinished job

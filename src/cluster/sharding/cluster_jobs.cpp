@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -117,6 +119,8 @@ class Intake final : public Actor<RemoteJob> {
 struct Hosted {
   std::uint64_t epoch = 0;
   std::optional<JobService> service;  // empty while it could not start
+  // Being handed off: paused, its running attempts finishing until then.
+  std::optional<std::chrono::steady_clock::time_point> drain_until;
 };
 
 struct Core : std::enable_shared_from_this<Core> {
@@ -201,13 +205,30 @@ struct Core : std::enable_shared_from_this<Core> {
   JobSettings shard_settings(std::uint32_t shard) {
     JobSettings s = settings;
     s.name = settings.name + "/" + std::to_string(shard);
-    s.start_paused = paused;
+    {
+      std::lock_guard lk(mu);  // pause() may run meanwhile
+      s.start_paused = paused;
+    }
     if (settings.on_outcome) {
       s.on_outcome = [fn = settings.on_outcome, shard](JobId id, const Job& j, const JobOutcome& o) {
         fn(global_id(shard, id), j, o);
       };
     }
     return s;
+  }
+
+  // Placement asked for `shard` back: no new job goes to it, and no queued
+  // one starts; the running ones finish while the keeper gets to it. Several
+  // shards handed off at once drain side by side.
+  void begin_hand_off(std::uint32_t shard) {
+    std::lock_guard lk(mu);
+    wanted.erase(shard);
+    std::erase_if(serving, [&](const auto& s) { return s.first == shard; });
+    auto h = hosted.find(shard);
+    if (h == hosted.end() || !h->second.service) return;
+    h->second.service->pause();
+    h->second.drain_until = std::chrono::steady_clock::now() +
+                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(cluster.stop_bound);
   }
 
   void unserve(std::uint32_t shard) {
@@ -217,8 +238,9 @@ struct Core : std::enable_shared_from_this<Core> {
 
   void rebuild_serving() {  // under mu
     serving.clear();
+    // Not a shard placement has asked back (being handed off or stopped).
     for (auto& [shard, h] : hosted)
-      if (h.service && h.service->health().ok()) serving.emplace_back(shard, *h.service);
+      if (h.service && wanted.count(shard) && h.service->health().ok()) serving.emplace_back(shard, *h.service);
   }
 
   void start_shard(std::uint32_t shard, std::uint64_t epoch) {
@@ -228,7 +250,9 @@ struct Core : std::enable_shared_from_this<Core> {
       if (w == wanted.end() || w->second != epoch || stopped.load()) return;
       if (auto h = hosted.find(shard); h != hosted.end() && h->second.service) return;
     }
-    auto svc = JobService::start(*system, shard_settings(shard), translator, workers);
+    JobSettings ss = shard_settings(shard);
+    const bool started_paused = ss.start_paused;
+    auto svc = JobService::start(*system, std::move(ss), translator, workers);
     std::lock_guard lk(mu);
     if (!svc.ok()) {
       log("queue shard " + std::to_string(shard) + " could not start: " + svc.error().to_string());
@@ -243,7 +267,8 @@ struct Core : std::enable_shared_from_this<Core> {
       return;
     }
     faults.erase(shard);
-    hosted.insert_or_assign(shard, Hosted{epoch, std::move(svc).value()});
+    if (paused != started_paused) paused ? svc->pause() : svc->resume();  // pause() or resume() meanwhile
+    hosted.insert_or_assign(shard, Hosted{epoch, std::move(svc).value(), std::nullopt});
     rebuild_serving();
   }
 
@@ -256,18 +281,28 @@ struct Core : std::enable_shared_from_this<Core> {
     }
   }
 
-  void stop_shard(std::uint32_t shard, std::uint64_t epoch) {
+  // A hand-off lets the running attempts finish first (bounded by
+  // stop_bound): their outcomes are then in the log and the new owner does
+  // not run them again. An immediate stop (this node lost its lease; others
+  // may take the shard soon) does not wait.
+  void stop_shard(std::uint32_t shard, std::uint64_t epoch, bool immediate) {
     std::optional<JobService> svc;
+    std::optional<std::chrono::steady_clock::time_point> drain_until;
     {
       std::lock_guard lk(mu);
       faults.erase(shard);
       if (auto h = hosted.find(shard); h != hosted.end()) {
         svc = std::move(h->second.service);
+        drain_until = h->second.drain_until;
         hosted.erase(h);
         rebuild_serving();
       }
     }
     if (svc) {
+      if (!immediate && drain_until) {
+        while (svc->stats().active > 0 && std::chrono::steady_clock::now() < *drain_until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
       if (auto r = svc->stop(cluster.stop_bound); !r.ok()) log("queue shard " + std::to_string(shard) + ": " + r.error().to_string());
       std::lock_guard lk(mu);
       retire(*svc);
@@ -673,15 +708,18 @@ Result<JobService> start_job_service(ActorSystem& system, Remoting& remoting, Sh
       if (auto c2 = weak.lock()) c2->start_shard(shard, epoch);
     });
   };
-  host.stop = [weak](std::uint32_t shard, std::uint64_t epoch, bool) {
+  host.stop = [weak](std::uint32_t shard, std::uint64_t epoch, bool immediate) {
     auto c = weak.lock();
     if (!c) return;
-    {
+    if (immediate) {
+      c->unserve(shard);
       std::lock_guard lk(c->mu);
       c->wanted.erase(shard);
+    } else {
+      c->begin_hand_off(shard);
     }
-    c->keeper.post([weak, shard, epoch] {
-      if (auto c2 = weak.lock()) c2->stop_shard(shard, epoch);
+    c->keeper.post([weak, shard, epoch, immediate] {
+      if (auto c2 = weak.lock()) c2->stop_shard(shard, epoch, immediate);
     });
   };
   host.node_left = [](std::string_view) {

@@ -229,6 +229,39 @@ TEST_F(ClusterJobs, AHandOffMovesTheQueuedJobsToTheNewOwner) {
   }
 }
 
+// proves: J6
+TEST_F(ClusterJobs, AHandOffLetsTheRunningJobFinishSoTheNewOwnerDoesNotRunItAgain) {
+  boot({"a", "b"}, settings(), /*shards=*/1);
+  ASSERT_NO_FATAL_FAILURE(wait_served(1));
+  std::string owner = owner_of(0);
+  std::string other = owner == "a" ? "b" : "a";
+  ledger->hold_on = owner;  // the owner's worker keeps its run going
+  enqueue(node(owner), "running");
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lk(ledger->mu);
+    return ledger->held.size() == 1;
+  }));
+  // Placement moves the shard while the job runs; the old owner finishes
+  // it a little later, within stop_bound.
+  std::thread finish([&] {
+    std::this_thread::sleep_for(200ms);
+    std::lock_guard lk(ledger->mu);
+    ++ledger->runs["running"];
+    ledger->ran_on["running"] = owner;
+    EXPECT_TRUE(ledger->held[0].succeed("ok"));
+  });
+  ASSERT_TRUE(placement->move(job_queue_type("refunds"), 0, other).ok());
+  finish.join();
+  ASSERT_TRUE(eventually([&] { return node(other).jobs->stats().idle == 2; })) << "the new owner serves the shard";
+  enqueue(node(other), "next");
+  ASSERT_TRUE(eventually([&] { return ledger->distinct() == 2; }));
+  std::this_thread::sleep_for(100ms);
+  std::lock_guard lk(ledger->mu);
+  EXPECT_EQ(ledger->runs["running"], 1) << "the job whose outcome was stored before the hand-off ran once";
+  EXPECT_EQ(ledger->ran_on["running"], owner);
+  EXPECT_EQ(ledger->ran_on["next"], other);
+}
+
 TEST_F(ClusterJobs, AShardWhoseLogAnotherWriterTookIsReadAgainAndNothingIsLost) {
   boot({"a"}, settings(), /*shards=*/1);
   ASSERT_NO_FATAL_FAILURE(wait_served(1));
