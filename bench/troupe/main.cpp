@@ -23,6 +23,7 @@ void entity_memory();                // entities.cpp
 bool lock(const std::string& workload);  // lock.cpp: lock_uncontended, _contended, _spread
 void process_manager();                  // process_manager.cpp
 void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable}_c{1,50}[_prio]
+void jobs_cluster(const std::string& workload);  // jobs_cluster.cpp: jobs_cluster_c50 (three nodes)
 void failover();                         // cluster.cpp
 void rebalance();                        // cluster.cpp
 void payments();                         // payments.cpp
@@ -375,6 +376,8 @@ int main(int argc, char** argv) {
     troupe_bench::remote_tell();
   } else if (w == "remote_ask") {
     troupe_bench::remote_ask();
+  } else if (w.rfind("jobs_cluster_", 0) == 0) {
+    troupe_bench::jobs_cluster(w);
   } else if (w.rfind("jobs_", 0) == 0) {
     troupe_bench::jobs(w);
   } else if (troupe_bench::lock(w)) {
