@@ -219,8 +219,10 @@ class JobProxy final : public Actor<ProxyMsg> {
         finished_in_flight_.clear();
         core_->fail(Error(ErrorCode::journal_conflict,
                           "another writer appended to its journal log '" + core_->pid + "' (" + r.error().message() +
-                              "). A durable job service needs its log to itself: on a journal shared by several "
-                              "nodes use troupe::cluster::start_job_service"));
+                              "): nothing it accepts can be stored now. A durable job service needs its log to "
+                              "itself; services of one name on one journal shared by several nodes collide like "
+                              "this (use troupe::cluster::start_job_service, whose queue shards re-read their log "
+                              "after a stale owner's write)"));
         return;
       }
     }
