@@ -15,84 +15,27 @@ J6 (a cancelled payment's refund is queued durably before the cancel is
 answered, once for a double click, and reaches the gateway)
 """
 
-import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from e2e_support import call, check, finish, gateway as start_gateway, payment_node  # noqa: E402
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/debug"
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def call(port, method, path, body=None, raw=None, timeout=20):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
-    if data is not None:
-        req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read() or b"null")
-    except urllib.error.HTTPError as e:
-        text = e.read()
-        try:
-            return e.code, json.loads(text)
-        except ValueError:
-            return e.code, text.decode(errors="replace")
-
-
-class Proc:
-    """A child process whose output goes to a file; `wait_line` waits for a pattern."""
-
-    def __init__(self, argv, log):
-        self.log = log
-        self.out = open(log, "w")
-        self.p = subprocess.Popen(argv, stdout=self.out, stderr=subprocess.STDOUT)
-
-    def wait_line(self, pattern, timeout=30):
-        end = time.time() + timeout
-        while time.time() < end:
-            with open(self.log) as f:
-                m = re.search(pattern, f.read())
-            if m:
-                return m
-            if self.p.poll() is not None:
-                break
-            time.sleep(0.05)
-        with open(self.log) as f:
-            raise RuntimeError(f"'{pattern}' not seen; log:\n{f.read()}")
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-        try:
-            return self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            return self.p.wait()
 
 
 def gateway(work, name, *flags):
-    g = Proc([f"{BIN}/payment_gateway", "--port", "0", *flags], f"{work}/{name}.log")
-    return g, int(g.wait_line(r"listening on http://[^:]+:(\d+)").group(1))
+    return start_gateway(BIN, work, name, *flags)
 
 
 def node(work, name, gw_port, extra=""):
-    cfg = f"{work}/{name}.toml"
-    with open(cfg, "w") as f:
-        f.write(f"""[node]
+    return payment_node(BIN, work, name, f"""[node]
 id = "{name}"
 data_dir = "{work}/{name}-data"
 [admin]
@@ -104,9 +47,6 @@ port = 0
 gateway = "127.0.0.1:{gw_port}"
 {extra}
 """)
-    n = Proc([f"{BIN}/payment_service", "--config", cfg], f"{work}/{name}.log")
-    m = n.wait_line(r"payments on http://[^:]+:(\d+), dashboard on http://[^:]+:(\d+)/")
-    return n, int(m.group(1)), int(m.group(2))
 
 
 def main():
@@ -226,10 +166,7 @@ def main():
         for p in procs:
             p.stop(signal.SIGKILL)
         subprocess.run(["rm", "-rf", work])
-    if failures:
-        print(f"{len(failures)} check(s) failed", flush=True)
-        sys.exit(1)
-    print("all checks passed")
+    finish()
 
 
 if __name__ == "__main__":

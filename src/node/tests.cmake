@@ -24,4 +24,15 @@ if(TARGET payment_service AND TARGET payment_gateway)
            COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/examples/payment/service_test.py
                    $<TARGET_FILE_DIR:payment_service>)
   set_tests_properties(payment_service_api PROPERTIES LABELS "node;e2e" TIMEOUT 300)
+  # payment_refunds_cluster: refunds in the 3-node payment cluster
+  # (examples/payment/refunds_cluster_test.py), with the Redis and
+  # PostgreSQL servers it starts on free ports: every refund acknowledged
+  # reaches the gateway, also across a node's kill -9, and one job service
+  # per node on a shared journal is loud. Skipped (77) without redis-server
+  # or the PostgreSQL server binaries.
+  add_test(NAME payment_refunds_cluster
+           COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/examples/payment/refunds_cluster_test.py
+                   $<TARGET_FILE_DIR:payment_service>)
+  set_tests_properties(payment_refunds_cluster PROPERTIES LABELS "node;e2e" RUN_SERIAL TRUE TIMEOUT 600
+                                                          SKIP_RETURN_CODE 77)
 endif()
