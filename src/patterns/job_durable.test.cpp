@@ -245,6 +245,35 @@ TEST_F(JobDurable, AcceptedButUnfinishedJobsRunAgainAfterARestartOnTheSameJourna
   EXPECT_EQ(await(next).value(), 4u);  // ids continue after the restart
 }
 
+TEST_F(JobDurable, ASecondWriterInItsLogStopsTheServiceForGoodAndHealthAndSubmitSayWhy) {
+  // proves: J6 (nothing is accepted that could not be stored), X2 (the fault is reported)
+  auto first = start(durable_settings(journal, reports));
+  // A second service of the same name on the same journal (a second node
+  // on a shared database) recovers the same log and appends to it.
+  auto second = start(durable_settings(journal, reports));
+  auto taken = second.enqueue({"echo", "taken by the second"});
+  ASSERT_TRUE(await(taken).ok());
+  EXPECT_TRUE(first.health().ok());
+  // The first one's next append meets the second's row.
+  auto never = first.enqueue({"echo", "never stored"});
+  auto refused = await(never);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::journal_conflict);
+  settle();
+  auto health = first.health();
+  ASSERT_FALSE(health.ok()) << "the service says it stopped";
+  EXPECT_EQ(health.error().code(), ErrorCode::journal_conflict);
+  EXPECT_NE(health.error().message().find("jobs|orders"), std::string::npos) << health.error().message();
+  // Every later job is refused at once with the reason, not accepted and lost.
+  auto after = first.submit({"echo", "after"});
+  auto later = await(after);
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(later.error().code(), ErrorCode::journal_conflict);
+  EXPECT_NE(later.error().message().find("has stopped"), std::string::npos) << later.error().message();
+  EXPECT_TRUE(second.health().ok());
+  EXPECT_TRUE(eventually([&] { return reports->size() == 1; })) << "the second service ran its job";
+}
+
 // Writes rows under the service's persistence id as if another program had.
 void append_raw(troupe::Journal& j, std::string type, std::uint32_t version, std::string payload) {
   auto hi = troupe::journal_sync::highest_seq(j, "jobs|orders");
