@@ -944,7 +944,10 @@ nlohmann::json Node::cluster_view() const {
       for (const auto& t : impl_->types) shards.push_back({{"type", t.type}, {"shard", 0}, {"owner", config_.id}, {"epoch", 0}});
     }
     for (const auto& [name, service] : impl_->jobs) {
-      for (std::size_t i = 0; i < service.settings().workers; ++i)
+      // The worker slots running here: settings().workers for one node's
+      // service; for a cluster-wide one, that many per queue shard hosted.
+      const JobStats st = service.stats();
+      for (std::uint64_t i = 0; i < st.active + st.idle; ++i)
         workers.push_back({{"group", "jobs/" + name}, {"unit", "worker-" + std::to_string(i)}, {"owner", config_.id}});
     }
   }
