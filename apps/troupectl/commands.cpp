@@ -266,6 +266,21 @@ std::string format_duration(double seconds) {
 
 // --- the views ------------------------------------------------------------------------
 
+// The node's health as /api/overview reports it: "ok", "unhealthy (N
+// services)", or none when the node does not report it.
+std::string health_word(const json& o) {
+  const json& h = field(o, "health");
+  const json& st = field(h, "status");
+  if (!st.is_string()) return kNone;
+  if (st.get<std::string>() != "unhealthy") return st.get<std::string>();
+  std::size_t down = 0;
+  const json& services = field(h, "services");
+  if (services.is_object())
+    for (const auto& [name, v] : services.items())
+      if (field(v, "up").is_boolean() && !field(v, "up").get<bool>()) ++down;
+  return "unhealthy (" + std::to_string(down) + (down == 1 ? " service)" : " services)");
+}
+
 std::string render_status(const json& o) {
   std::string out;
   const json& members = array_field(o, "members");
@@ -277,6 +292,7 @@ std::string render_status(const json& o) {
       {"node", cell(o, "node")},
       {"mode", cell(o, "mode")},
       {"state", state_word(o)},
+      {"health", health_word(o)},
       {"uptime", uptime.is_number() ? format_duration(uptime.get<double>()) : kNone},
       {"version", cell(o, "version")},
       {"members", std::to_string(members.size()) + " (" + std::to_string(alive) + " alive)"},
@@ -284,6 +300,15 @@ std::string render_status(const json& o) {
   // A key/value block reads better without a header line.
   std::string block = format_table({"", ""}, head);
   out += block.substr(block.find('\n') + 1);
+
+  const json& services = field(field(o, "health"), "services");
+  if (services.is_object()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& [name, v] : services.items())
+      if (field(v, "up").is_boolean() && !field(v, "up").get<bool>())
+        rows.push_back({name, cell(v, "code"), cell(v, "message")});
+    if (!rows.empty()) out += "\nfailing\n" + format_table({"SERVICE", "CODE", "WHY"}, rows);
+  }
 
   std::vector<std::vector<std::string>> types;
   for (const auto& t : array_field(o, "entity_types"))
@@ -746,7 +771,7 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
     Command command;
   };
   const Sub subs[] = {
-      {"status", "the node: mode, state, uptime, entity types, counters, patterns", Command::status},
+      {"status", "the node: mode, state, health, uptime, entity types, counters, patterns", Command::status},
       {"members", "the members of the cluster and their load", Command::members},
       {"shards", "which member owns which shards, per entity type", Command::shards},
       {"workers", "which member runs which worker of each worker group", Command::workers},

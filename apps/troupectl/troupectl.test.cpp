@@ -211,6 +211,26 @@ TEST_F(TroupectlTest, StatusShowsTheNodeItsEntityTypesCountersAndPatterns) {
   EXPECT_NE(r.out.find("succeeded=1"), std::string::npos) << r.out;
 }
 
+TEST(TroupectlViews, StatusShowsTheHealthAndNamesEveryFailingService) {
+  json overview = {{"node", "n1"},
+                   {"mode", "cluster"},
+                   {"members", json::array()},
+                   {"health",
+                    {{"status", "unhealthy"},
+                     {"services",
+                      {{"jobs/refunds", {{"up", false}, {"code", "journal_conflict"}, {"message", "another writer"}}},
+                       {"jobs/mail", {{"up", true}}}}}}}};
+  std::string out = ctl::detail::render_status(overview);
+  EXPECT_TRUE(has_row(out, {"health", "unhealthy", "(1", "service)"})) << out;
+  EXPECT_TRUE(has_row(out, {"SERVICE", "CODE", "WHY"})) << out;
+  EXPECT_TRUE(has_row(out, {"jobs/refunds", "journal_conflict", "another", "writer"})) << out;
+  EXPECT_EQ(out.find("jobs/mail"), std::string::npos) << "only failing services are listed: " << out;
+  overview["health"] = {{"status", "ok"}, {"services", {{"jobs/mail", {{"up", true}}}}}};
+  out = ctl::detail::render_status(overview);
+  EXPECT_TRUE(has_row(out, {"health", "ok"})) << out;
+  EXPECT_EQ(out.find("failing"), std::string::npos) << out;
+}
+
 TEST_F(TroupectlTest, StatusAsJsonIsTheOverviewTheNodeServes) {
   add("a", 1);
   auto r = ctl_here({"status", "--json"});
