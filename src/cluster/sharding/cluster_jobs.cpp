@@ -47,16 +47,17 @@ struct Req {
   int priority = 0;
   std::optional<Duration> timeout;
   bool want_outcome = false;
-  Promise<JobId> accepted;      // enqueue()
-  Promise<JobOutcome> outcome;  // submit()
+  // One of the two, as want_outcome says (a promise allocates its state).
+  std::optional<Promise<JobId>> accepted;      // enqueue()
+  std::optional<Promise<JobOutcome>> outcome;  // submit()
   std::uint32_t tries = 0;
   std::optional<TimePoint> give_up;  // set by the router, on its clock
 
   void fail(Error e) {
     if (want_outcome)
-      outcome.set_error(std::move(e));
+      outcome->set_error(std::move(e));
     else
-      accepted.set_error(std::move(e));
+      accepted->set_error(std::move(e));
   }
 };
 
@@ -189,12 +190,12 @@ struct Core : std::enable_shared_from_this<Core> {
       // shutting_down too (they run on its next owner), and a submit's
       // answer cannot tell those from a refusal.
       svc.submit(r->job, r->priority, r->timeout).then([r](Result<JobOutcome> o) mutable {
-        if (o.ok()) return r->outcome.set_value(std::move(o).value());
-        r->outcome.set_error(std::move(o).error());
+        if (o.ok()) return r->outcome->set_value(std::move(o).value());
+        r->outcome->set_error(std::move(o).error());
       });
     } else {
       svc.enqueue(r->job, r->priority, r->timeout).then([r, shard, retry_or](Result<JobId> id) mutable {
-        if (id.ok()) return r->accepted.set_value(global_id(shard, id.value()));
+        if (id.ok()) return r->accepted->set_value(global_id(shard, id.value()));
         retry_or(std::move(id).error());
       });
     }
@@ -505,10 +506,10 @@ void Router::send(std::uint32_t shard, const std::string& owner, std::shared_ptr
     switch (ans.kind) {
       case RemoteAnswer::accepted:
         if (r->want_outcome) return r->fail(Error(ErrorCode::protocol_error, "an acceptance answered a submit"));
-        return r->accepted.set_value(ans.id);
+        return r->accepted->set_value(ans.id);
       case RemoteAnswer::finished:
         if (!r->want_outcome) return r->fail(Error(ErrorCode::protocol_error, "an outcome answered an enqueue"));
-        return r->outcome.set_value(std::move(ans.outcome));
+        return r->outcome->set_value(std::move(ans.outcome));
       case RemoteAnswer::moved:
         if (self.tell(Moved{shard, owner, r}) != Delivery::delivered)
           r->fail(Error(ErrorCode::shutting_down, "the job service is stopping"));
@@ -578,13 +579,13 @@ class Backend final : public troupe::detail::JobBackend {
 
   Future<JobOutcome> submit(Job job, int priority, std::optional<Duration> timeout) override {
     auto r = make(std::move(job), priority, timeout, true);
-    Future<JobOutcome> f = r->outcome.future();
+    Future<JobOutcome> f = r->outcome->future();
     core_->dispatch(std::move(r));
     return f;
   }
   Future<JobId> enqueue(Job job, int priority, std::optional<Duration> timeout) override {
     auto r = make(std::move(job), priority, timeout, false);
-    Future<JobId> f = r->accepted.future();
+    Future<JobId> f = r->accepted->future();
     core_->dispatch(std::move(r));
     return f;
   }
@@ -633,6 +634,10 @@ class Backend final : public troupe::detail::JobBackend {
     r->priority = priority;
     r->timeout = timeout;
     r->want_outcome = want_outcome;
+    if (want_outcome)
+      r->outcome.emplace();
+    else
+      r->accepted.emplace();
     return r;
   }
   void set_paused(bool p) {
