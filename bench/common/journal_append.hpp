@@ -1,13 +1,16 @@
 #pragma once
-// journal_append_N, shared by bench/troupe/journal_append.cpp and its raw
-// SQLite peer (bench/peers/sqlite): N entities append concurrently, each with
-// exactly one append of one event in flight; the metric is durable
-// (acknowledged, fsynced) events per second.
+// journal_append_N and journal_append_pg_N, shared by
+// bench/troupe/journal_append.cpp and its raw peers (bench/peers/sqlite for
+// SqliteJournal, bench/peers/pg_raw for PostgresJournal): N entities append
+// concurrently, each with exactly one append of one event in flight; the
+// metric is durable (acknowledged, fsynced) events per second.
 //
 // Both sides use the same rows (persistence id "bench|<i>", seq 1, 2, ...,
-// type "Deposited" version 1, a 64-byte payload), the same temporary
-// database location and the same measurement (AckMeter): acknowledged
-// events per second across a fixed window after a warm-up.
+// type "Deposited" version 1, a 64-byte payload), the same database (a
+// temporary SQLite file; for PostgreSQL a fresh database on the server
+// bench/run starts, named by kPgConninfoEnv) and the same measurement
+// (AckMeter): acknowledged events per second across a fixed window after a
+// warm-up.
 
 #include <stdlib.h>  // mkdtemp
 
@@ -15,8 +18,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <cstdlib>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -33,7 +38,16 @@ inline constexpr const char* kJournalEventType = "Deposited";
 inline constexpr std::uint32_t kJournalEventVersion = 1;
 // SqliteJournalOptions::max_batch_events' default: at most this many events
 // per transaction on both sides.
+// PostgresJournalOptions::max_batch_events has the same default.
 inline constexpr std::size_t kJournalMaxBatchEvents = 16384;
+// The connections PostgresJournal writes through: its one writer thread
+// owns the only write connection (include/troupe/persist/postgres_journal.hpp;
+// its reader connections play no part in appending). The raw peer writes
+// through as many. Keep in step with the journal.
+inline constexpr int kPgWriterConnections = 1;
+// The libpq connection string of the database a journal_append_pg_N process
+// writes; bench/run sets it (see bench/peers/README.md, "PostgreSQL").
+inline constexpr const char* kPgConninfoEnv = "TROUPE_BENCH_PG_CONNINFO";
 
 inline std::string journal_persistence_id(long entity) { return "bench|" + std::to_string(entity); }
 
@@ -76,9 +90,12 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// Parses "journal_append_<N>" (N >= 1); returns 0 for anything else.
-inline long journal_entities(const std::string& workload) {
-  const std::string prefix = "journal_append_";
+inline constexpr std::string_view kJournalSqlitePrefix = "journal_append_";
+inline constexpr std::string_view kJournalPgPrefix = "journal_append_pg_";
+
+// Parses "<prefix><N>" (N >= 1; the prefix "journal_append_" or
+// "journal_append_pg_"); returns 0 for anything else.
+inline long journal_entities(const std::string& workload, std::string_view prefix = kJournalSqlitePrefix) {
   if (workload.compare(0, prefix.size(), prefix) != 0 || workload.size() == prefix.size()) return 0;
   long n = 0;
   for (std::size_t i = prefix.size(); i < workload.size(); ++i) {
@@ -87,6 +104,30 @@ inline long journal_entities(const std::string& workload) {
     n = n * 10 + (c - '0');
   }
   return n;
+}
+
+// main() of a raw peer, `<side> <prefix><N>`: runs `run(N)`; a wrong
+// argument -> usage on stderr, exit 2.
+template <class Run>
+int journal_peer_main(int argc, char** argv, const char* side, std::string_view prefix, Run run) {
+  const long entities = argc == 2 ? journal_entities(argv[1], prefix) : 0;
+  if (entities == 0) {
+    if (argc == 2) std::fprintf(stderr, "%s: unknown workload '%s'\n", side, argv[1]);
+    std::fprintf(stderr, "usage: %s %.*s<N>  (N = 1, 100, 10000)\n", side, static_cast<int>(prefix.size()),
+                 prefix.data());
+    return 2;
+  }
+  run(entities);
+  return 0;
+}
+
+// The connection string from kPgConninfoEnv, or fails saying it is missing.
+inline std::string pg_conninfo(const char* side) {
+  const char* c = std::getenv(kPgConninfoEnv);
+  if (c == nullptr || *c == '\0')
+    journal_fail(side, std::string(kPgConninfoEnv) +
+                           " is not set: bench/run starts a PostgreSQL server and sets it (bench/peers/README.md)");
+  return c;
 }
 
 // Acknowledged events and when the latest of them was acknowledged. Both

@@ -1,13 +1,16 @@
-// journal_append_N on troupe's SqliteJournal (see bench/common/journal_append.hpp;
-// the raw SQLite peer is bench/peers/sqlite). N entities each keep exactly one
+// journal_append_N on troupe's SqliteJournal and journal_append_pg_N on its
+// PostgresJournal (see bench/common/journal_append.hpp; the raw peers are
+// bench/peers/sqlite and bench/peers/pg_raw). N entities each keep exactly one
 // append in flight: when an append is acknowledged the entity issues its
 // next one from the callback, as an entity actor does once its persist
 // completed. The journal's group commit gathers whatever is queued.
 
+#include <libpq-fe.h>
 #include <sqlite3.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -15,6 +18,7 @@
 
 #include "common/journal_append.hpp"
 #include "common/report.hpp"
+#include "troupe/persist/postgres_journal.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
 
 namespace {
@@ -93,19 +97,24 @@ std::uint64_t count_rows(const std::string& path) {
   return rows;
 }
 
-}  // namespace
+// Counts the stored events through a connection of its own, after the
+// journal closed.
+std::uint64_t count_pg_rows(const std::string& conninfo) {
+  PGconn* c = PQconnectdb(conninfo.c_str());
+  PGresult* r = PQstatus(c) == CONNECTION_OK ? PQexec(c, "SELECT count(*) FROM events") : nullptr;
+  if (r == nullptr || PQresultStatus(r) != PGRES_TUPLES_OK)
+    bench::journal_fail(kSide, std::string("counting the rows in PostgreSQL: ") + PQerrorMessage(c));
+  const auto rows = std::stoull(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  PQfinish(c);
+  return rows;
+}
 
-namespace troupe_bench {
-
-void journal_append(long entities) {
-  bench::TempDir dir(kSide);
-  troupe::SqliteJournalOptions opts;
-  opts.path = (dir.path() / "journal.db").string();
-  opts.durability = troupe::Durability::full;
-  auto opened = troupe::SqliteJournal::open(opts);
-  if (!opened.ok()) bench::journal_fail(kSide, "open " + opts.path + ": " + opened.error().message());
-  std::shared_ptr<troupe::SqliteJournal> journal = std::move(*opened);
-
+// Runs the workload on `journal` (which it closes) and reports `metric`,
+// after checking that what `count_rows` finds stored is exactly what was
+// acknowledged.
+void measure(std::shared_ptr<troupe::Journal> journal, long entities, const std::string& metric,
+             const std::function<std::uint64_t()>& count_rows) {
   auto appenders = std::make_unique<Appenders>(*journal, entities);
   appenders->start();
   const double rate = appenders->acked().measure();
@@ -117,14 +126,43 @@ void journal_append(long entities) {
   journal.reset();
   appenders.reset();
 
-  const std::uint64_t rows = count_rows(opts.path);
+  const std::uint64_t rows = count_rows();
   if (rows != acked || by_entities != acked)
     bench::journal_fail(kSide, std::to_string(acked) + " events acknowledged, " + std::to_string(by_entities) +
                                    " by the entities' sequence numbers, but the table holds " +
                                    std::to_string(rows));
-
-  const std::string metric = "journal_append_" + std::to_string(entities);
   bench::report(metric.c_str(), rate, "events/s");
+}
+
+}  // namespace
+
+namespace troupe_bench {
+
+void journal_append(long entities) {
+  bench::TempDir dir(kSide);
+  troupe::SqliteJournalOptions opts;
+  opts.path = (dir.path() / "journal.db").string();
+  opts.durability = troupe::Durability::full;
+  auto opened = troupe::SqliteJournal::open(opts);
+  if (!opened.ok()) bench::journal_fail(kSide, "open " + opts.path + ": " + opened.error().message());
+  measure(std::move(*opened), entities, std::string(bench::kJournalSqlitePrefix) + std::to_string(entities),
+          [&] { return count_rows(opts.path); });
+}
+
+// PostgresJournal with its defaults, in the fresh database bench/run made
+// for this process (its schema "public").
+void journal_append_pg(long entities) {
+  troupe::PostgresJournalOptions opts;
+  opts.conninfo = bench::pg_conninfo(kSide);
+  if (opts.max_batch_events != bench::kJournalMaxBatchEvents)
+    bench::journal_fail(kSide, "PostgresJournalOptions::max_batch_events defaults to " +
+                                   std::to_string(opts.max_batch_events) + ", the peer commits at most " +
+                                   std::to_string(bench::kJournalMaxBatchEvents) +
+                                   ": keep bench/common/journal_append.hpp in step");
+  auto opened = troupe::PostgresJournal::open(opts);
+  if (!opened.ok()) bench::journal_fail(kSide, "open PostgresJournal: " + opened.error().message());
+  measure(std::move(*opened), entities, std::string(bench::kJournalPgPrefix) + std::to_string(entities),
+          [&] { return count_pg_rows(opts.conninfo); });
 }
 
 }  // namespace troupe_bench

@@ -17,7 +17,8 @@
 #include "troupe/core.hpp"
 
 namespace troupe_bench {
-void journal_append(long entities);  // journal_append.cpp
+void journal_append(long entities);     // journal_append.cpp: SqliteJournal
+void journal_append_pg(long entities);  // journal_append.cpp: PostgresJournal
 void recovery();                     // entities.cpp
 void entity_memory();                // entities.cpp
 bool lock(const std::string& workload);  // lock.cpp: lock_uncontended, _contended, _spread
@@ -382,6 +383,8 @@ int main(int argc, char** argv) {
     troupe_bench::jobs(w);
   } else if (troupe_bench::lock(w)) {
     // done
+  } else if (long pg_entities = bench::journal_entities(w, bench::kJournalPgPrefix); pg_entities > 0) {
+    troupe_bench::journal_append_pg(pg_entities);  // journal_append_pg_1, _100, _10000
   } else if (long entities = bench::journal_entities(w); entities > 0) {
     troupe_bench::journal_append(entities);  // journal_append_1, _100, _10000
   } else {

@@ -154,21 +154,8 @@ void journal_append(long entities) {
   bench::report(metric.c_str(), rate, "events/s");
 }
 
-void usage(std::FILE* out) { std::fprintf(out, "usage: bench_sqlite journal_append_<N>  (N = 1, 100, 10000)\n"); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    usage(stderr);
-    return 2;
-  }
-  const long entities = bench::journal_entities(argv[1]);
-  if (entities == 0) {
-    std::fprintf(stderr, "bench_sqlite: unknown workload '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
-  }
-  journal_append(entities);
-  return 0;
+  return bench::journal_peer_main(argc, argv, kSide, bench::kJournalSqlitePrefix, journal_append);
 }
