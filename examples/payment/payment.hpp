@@ -40,6 +40,7 @@
 // on_processing_timeout. After a crash that reply target is gone (the client
 // saw its request fail); the client asks again and gets the stored outcome.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -92,6 +93,7 @@ struct PaymentState {
   std::int64_t refunded = 0;
   std::uint64_t refund_job = 0;  // the refund queue's job id, once it accepted the refund
   std::string refund_error;      // why the last try to queue the refund failed (empty: none failed)
+  std::uint32_t refund_attempt = 0;  // tries to queue it so far: an answer names the try it answers
 
   // Cancelled after completion, and the refund not yet accepted by the queue
   // nor failed: the Refunding processing state.
@@ -143,10 +145,18 @@ struct QueueRefund {
   troupe::ReplyTo<std::uint64_t> reply_to;
 };
 
-// The refund queue's answer (the job id), or why the refund was not queued.
+// The refund queue's answer (the job id), or why the refund was not queued,
+// to the try `attempt` (PaymentState::refund_attempt when it was asked).
 struct RefundAnswered {
+  std::uint32_t attempt = 0;
   troupe::Result<std::uint64_t> job;
 };
+
+// How long Refunding waits for the refund queue. Above the cluster-wide
+// job service's route_timeout (10 s), so a refund re-routed while queue
+// shards move is answered within its episode, not after it (a late
+// acceptance would be queued again by the next Cancel).
+inline constexpr troupe::Duration kRefundQueueTimeout = std::chrono::seconds(15);
 // The payment is finished: free its memory (it recovers on the next command).
 struct Rest {};
 
@@ -246,10 +256,14 @@ class Payment {
         [&](const PaymentCancelled& x) {
           s.phase = Phase::cancelled;
           s.refunded = x.refunded;
+          if (x.refunded > 0) s.refund_attempt = 1;
         },
         [&](const RefundQueued& x) { s.refund_job = x.job; },
         [&](const RefundNotQueued& x) { s.refund_error = x.reason.empty() ? "refund not queued" : x.reason; },
-        [&](const RefundRetried&) { s.refund_error.clear(); });
+        [&](const RefundRetried&) {
+          s.refund_error.clear();
+          ++s.refund_attempt;
+        });
   }
 
   // Settling and Refunding are processing states. Settling's deadline stores
@@ -258,9 +272,12 @@ class Payment {
   std::optional<troupe::Processing<Event>> processing(const State& s) const {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(processing_timeout_).count();
     if (s.phase == Phase::settling) return troupe::Processing<Event>{processing_timeout_, SettlementTimedOut{ms}};
-    if (s.refunding())
+    if (s.refunding()) {
+      const auto wait = refund_timeout();
+      const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wait).count();
       return troupe::Processing<Event>{
-          processing_timeout_, RefundNotQueued{"the refund queue did not answer within " + std::to_string(ms) + " ms"}};
+          wait, RefundNotQueued{"the refund queue did not answer within " + std::to_string(wait_ms) + " ms"}};
+    }
     return std::nullopt;
   }
 
@@ -353,7 +370,9 @@ class Payment {
     // An answer after the deadline: the episode has ended as not queued. (The
     // queue may have taken it after all; a later Cancel queues it again, and
     // the gateway may see the refund twice.)
-    if (!s.refunding()) return Effect::none();
+    // An answer to an earlier try (it came after that try's deadline, and a
+    // Cancel has asked again since): not this episode's.
+    if (!s.refunding() || m.attempt != s.refund_attempt) return Effect::none();
     Effect e = m.job.ok() ? Effect::persist(RefundQueued{m.job.value()})
                           : Effect::persist(RefundNotQueued{m.job.error().to_string()});
     return std::move(e).then([this, &ctx](const State& st) { answer_client(st, ctx); }).then_passivate();
@@ -366,9 +385,11 @@ class Payment {
     }
     ctx.ask<std::uint64_t>(
         refunds_, [&](troupe::ReplyTo<std::uint64_t> r) { return QueueRefund{ctx.id(), s.refunded, std::move(r)}; },
-        processing_timeout_ + std::chrono::seconds(1),
-        [](troupe::Result<std::uint64_t> r) { return RefundAnswered{std::move(r)}; });
+        refund_timeout() + std::chrono::seconds(1),
+        [attempt = s.refund_attempt](troupe::Result<std::uint64_t> r) { return RefundAnswered{attempt, std::move(r)}; });
   }
+
+  troupe::Duration refund_timeout() const { return std::max(processing_timeout_, kRefundQueueTimeout); }
 
   Effect on_gateway_answer(const State& s, GatewayAnswered& m, Context& ctx) {
     // An answer after the deadline: the episode has already ended as timed

@@ -414,7 +414,8 @@ http::Router PaymentService::Impl::routes() {
     std::string id = req.params["id"];
     auto f = shared->payments.ask<PaymentStatus>(
         id, [](troupe::ReplyTo<PaymentStatus> rt) { return Cancel{std::move(rt)}; },
-        settings.processing_timeout + 10s);
+        // A settlement in progress first, then the refund being queued.
+        settings.processing_timeout + std::max<troupe::Duration>(settings.processing_timeout, kRefundQueueTimeout) + 5s);
     std::move(f).then([id, out = std::move(out)](Result<PaymentStatus> st) mutable {
       if (!st.ok()) return out.respond(error_response(st.error()));
       // The entity answers a refund once the durable refund queue has

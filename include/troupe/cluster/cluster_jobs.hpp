@@ -48,9 +48,13 @@
 //     and its outcome goes to that node's on_outcome.
 //   - pause()/resume() act on this node's shards; stats() and
 //     dead_letters() cover this node's shards (stopped ones included).
-//   - stop() stops this node's shards without handing them off: do it as
-//     part of leaving the cluster (the node does), or the shards wait for
-//     this node to leave before another serves them.
+//   - stop() stops this node's shards (all at once, within its bound;
+//     timeout if one did not stop in time), releases those placement had
+//     asked back, and hands none off: do it as part of leaving the cluster
+//     (the node does), or the shards it still owns wait for this node to
+//     leave before another serves them.
+//   - A node that loses its lease stops its shards at once (not in turn),
+//     before any other node may take them over.
 //
 // Ownership and thread safety: the returned JobService is a handle like any
 // other; the service shares the actor system, the remoting layer and the

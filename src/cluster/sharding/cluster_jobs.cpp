@@ -80,7 +80,10 @@ struct Moved {
   std::string owner;  // the node that said it does not serve the shard
   std::shared_ptr<Req> req;
 };
-using RouterMsg = std::variant<Route, Located, Moved>;
+struct NodeGone {  // left the cluster or declared dead: owns nothing now
+  std::string node;
+};
+using RouterMsg = std::variant<Route, Located, Moved, NodeGone>;
 
 struct Core;
 
@@ -139,6 +142,8 @@ struct Core : std::enable_shared_from_this<Core> {
   ActorRef<RemoteJob> intake;
   Keeper keeper;
   std::atomic<bool> stopped{false};
+  // This node lost its lease: a hand-off in progress stops draining.
+  std::atomic<bool> fenced{false};
   mutable std::atomic<std::uint64_t> rr{0};
 
   mutable std::mutex mu;
@@ -146,6 +151,7 @@ struct Core : std::enable_shared_from_this<Core> {
   std::map<std::uint32_t, Hosted> hosted;
   std::vector<std::pair<std::uint32_t, JobService>> serving;  // running, for the round robin
   std::map<std::uint32_t, Error> faults;                      // shards that cannot run now, and why
+  std::map<std::uint32_t, std::uint64_t> pending_release;     // asked back, not yet released
   bool paused = false;
   JobStats retired;                       // of services stopped here
   std::deque<JobDeadLetter> retired_dead;  // theirs, most recent last
@@ -189,8 +195,9 @@ struct Core : std::enable_shared_from_this<Core> {
       // Not re-sent: a shard that stops answers its accepted jobs
       // shutting_down too (they run on its next owner), and a submit's
       // answer cannot tell those from a refusal.
-      svc.submit(r->job, r->priority, r->timeout).then([r](Result<JobOutcome> o) mutable {
+      svc.submit(r->job, r->priority, r->timeout).then([r, weak, shard](Result<JobOutcome> o) mutable {
         if (o.ok()) return r->outcome->set_value(std::move(o).value());
+        if (auto core = weak.lock(); core && not_taken(o.error())) core->unserve(shard);
         r->outcome->set_error(std::move(o).error());
       });
     } else {
@@ -206,10 +213,9 @@ struct Core : std::enable_shared_from_this<Core> {
   JobSettings shard_settings(std::uint32_t shard) {
     JobSettings s = settings;
     s.name = settings.name + "/" + std::to_string(shard);
-    {
-      std::lock_guard lk(mu);  // pause() may run meanwhile
-      s.start_paused = paused;
-    }
+    // Paused until start_shard has checked that placement still wants it
+    // here (a hand-off or a fence may arrive while its log is read).
+    s.start_paused = true;
     if (settings.on_outcome) {
       s.on_outcome = [fn = settings.on_outcome, shard](JobId id, const Job& j, const JobOutcome& o) {
         fn(global_id(shard, id), j, o);
@@ -232,6 +238,22 @@ struct Core : std::enable_shared_from_this<Core> {
                             std::chrono::duration_cast<std::chrono::steady_clock::duration>(cluster.stop_bound);
   }
 
+  // This node lost its lease: others may take the shard once the takeover
+  // margin has passed, so it stops now, not when the keeper gets to it
+  // (which may be busy draining or reading a log). The keeper then waits
+  // for the stop and releases it.
+  void fence_shard(std::uint32_t shard) {
+    fenced.store(true, std::memory_order_relaxed);
+    std::optional<JobService> svc;
+    {
+      std::lock_guard lk(mu);
+      wanted.erase(shard);
+      std::erase_if(serving, [&](const auto& s) { return s.first == shard; });
+      if (auto h = hosted.find(shard); h != hosted.end() && h->second.service) svc = h->second.service;
+    }
+    if (svc) (void)svc->stop(Duration::zero());  // starts the stop; does not wait
+  }
+
   void unserve(std::uint32_t shard) {
     std::lock_guard lk(mu);
     std::erase_if(serving, [&](const auto& s) { return s.first == shard; });
@@ -251,10 +273,15 @@ struct Core : std::enable_shared_from_this<Core> {
       if (w == wanted.end() || w->second != epoch || stopped.load()) return;
       if (auto h = hosted.find(shard); h != hosted.end() && h->second.service) return;
     }
-    JobSettings ss = shard_settings(shard);
-    const bool started_paused = ss.start_paused;
-    auto svc = JobService::start(*system, std::move(ss), translator, workers);
-    std::lock_guard lk(mu);
+    auto svc = JobService::start(*system, shard_settings(shard), translator, workers);
+    std::unique_lock lk(mu);
+    if (auto w = wanted.find(shard); svc.ok() && (w == wanted.end() || w->second != epoch || stopped.load())) {
+      // Asked back while it started: it never ran a job here.
+      lk.unlock();
+      (void)svc->stop(cluster.stop_bound);
+      return;
+    }
+    fenced.store(false, std::memory_order_relaxed);  // owning shards again
     if (!svc.ok()) {
       log("queue shard " + std::to_string(shard) + " could not start: " + svc.error().to_string());
       faults.insert_or_assign(shard, Error(svc.error().code(), "queue shard " + std::to_string(shard) +
@@ -268,15 +295,16 @@ struct Core : std::enable_shared_from_this<Core> {
       return;
     }
     faults.erase(shard);
-    if (paused != started_paused) paused ? svc->pause() : svc->resume();  // pause() or resume() meanwhile
+    if (!paused) svc->resume();
     hosted.insert_or_assign(shard, Hosted{epoch, std::move(svc).value(), std::nullopt});
     rebuild_serving();
   }
 
-  void retire(JobService& svc) {  // under mu
+  void retire(std::uint32_t shard, JobService& svc) {  // under mu
     JobStats s = svc.stats();
     add_stats(retired, s);
     for (auto& d : svc.dead_letters()) {
+      d.id = global_id(shard, d.id);
       retired_dead.push_back(std::move(d));
       if (retired_dead.size() > settings.dead_letter_capacity) retired_dead.pop_front();
     }
@@ -301,12 +329,17 @@ struct Core : std::enable_shared_from_this<Core> {
     }
     if (svc) {
       if (!immediate && drain_until) {
-        while (svc->stats().active > 0 && std::chrono::steady_clock::now() < *drain_until)
+        while (svc->stats().active > 0 && std::chrono::steady_clock::now() < *drain_until &&
+               !fenced.load(std::memory_order_relaxed))
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
       if (auto r = svc->stop(cluster.stop_bound); !r.ok()) log("queue shard " + std::to_string(shard) + ": " + r.error().to_string());
       std::lock_guard lk(mu);
-      retire(*svc);
+      retire(shard, *svc);
+    }
+    {
+      std::lock_guard lk(mu);
+      if (auto p = pending_release.find(shard); p != pending_release.end() && p->second == epoch) pending_release.erase(p);
     }
     directory->released(type, shard, epoch);
   }
@@ -341,7 +374,7 @@ struct Core : std::enable_shared_from_this<Core> {
       (void)svc->stop(cluster.stop_bound);
       {
         std::lock_guard lk(mu);
-        retire(*svc);
+        retire(shard, *svc);
       }
       log("queue shard " + std::to_string(shard) + " is read from its log again");
       start_shard(shard, epoch);
@@ -379,28 +412,47 @@ struct Core : std::enable_shared_from_this<Core> {
     to.journal_failures += s.journal_failures;
   }
 
-  void shutdown(Duration bound) {
-    if (stopped.exchange(true, std::memory_order_acq_rel)) return;
-    directory->detach(type);
+  // Stops every shard here first, then releases the ones placement had
+  // asked back (their stop was still queued), and only then detaches: a
+  // shard is never released while it still runs. Shards still owned stay
+  // placed on this node until it leaves the cluster. False if a shard's
+  // service did not stop within `bound` (counted from the call).
+  bool shutdown(Duration bound) {
+    if (stopped.exchange(true, std::memory_order_acq_rel)) return true;
     (void)remoting->unpublish(type);
-    keeper.stop();
-    std::vector<JobService> services;
+    keeper.stop();  // finishes the step it is in; drops the rest
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(bound);
+    std::vector<std::pair<std::uint32_t, JobService>> services;
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> asked_back;
     {
       std::lock_guard lk(mu);
       serving.clear();
-      for (auto& [shard, h] : hosted)
-        if (h.service) services.push_back(*h.service);
+      for (auto& [shard, h] : hosted) {
+        if (h.service) services.emplace_back(shard, *h.service);
+        if (!wanted.count(shard)) asked_back.emplace_back(shard, h.epoch);
+      }
+      for (auto& [shard, epoch] : pending_release)
+        if (!hosted.count(shard)) asked_back.emplace_back(shard, epoch);
     }
-    for (auto& s : services) (void)s.stop(bound);
+    // Starts every stop at once (a zero bound does not wait), then waits.
+    for (auto& [shard, svc] : services) (void)svc.stop(Duration::zero());
+    bool all = true;
+    for (auto& [shard, svc] : services) {
+      auto left = std::max(Duration::zero(), std::chrono::duration_cast<Duration>(until - std::chrono::steady_clock::now()));
+      all = svc.stop(left).ok() && all;
+    }
     {
       std::lock_guard lk(mu);
-      for (auto& [shard, h] : hosted)
-        if (h.service) retire(*h.service);
+      for (auto& [shard, svc] : services) retire(shard, svc);
       hosted.clear();
       wanted.clear();
+      pending_release.clear();
     }
+    for (auto& [shard, epoch] : asked_back) directory->released(type, shard, epoch);
+    directory->detach(type);
     router.stop();
     intake.stop();
+    return all;
   }
 };
 
@@ -430,6 +482,10 @@ void Router::receive(RouterMsg& m) {
       [&](Moved& mv) {
         if (owners_[mv.shard] == mv.owner) owners_[mv.shard].clear();
         later(std::move(mv.req));
+      },
+      [&](NodeGone& g) {
+        for (auto& o : owners_)
+          if (o == g.node) o.clear();
       });
 }
 
@@ -485,8 +541,15 @@ void Router::send(std::uint32_t shard, const std::string& owner, std::shared_ptr
   auto core = core_.lock();
   if (!core) return;
   ++r->tries;
-  auto remaining = *r->give_up - now();
+  Duration remaining = *r->give_up - now();
   if (remaining <= Duration::zero()) remaining = kRetryDelay;
+  if (r->want_outcome) {
+    // A submit is answered with the outcome: every attempt's timeout and
+    // back-off on top of the routing time.
+    const JobSettings& js = core->settings;
+    const Duration attempt = r->timeout.value_or(js.default_timeout);
+    remaining += attempt * js.max_attempts + js.backoff_max * (js.max_attempts - 1);
+  }
   auto ref = core->remoting->remote<RemoteJob>(owner, core->type, core->codecs);
   Future<RemoteAnswer> f = ref.template ask<RemoteAnswer>(
       [&](ReplyTo<RemoteAnswer> rt) {
@@ -608,12 +671,17 @@ class Backend final : public troupe::detail::JobBackend {
     std::vector<JobDeadLetter> out(core_->retired_dead.begin(), core_->retired_dead.end());
     for (auto& [shard, h] : core_->hosted)
       if (h.service)
-        for (auto& d : h.service->dead_letters()) out.push_back(std::move(d));
+        for (auto& d : h.service->dead_letters()) {
+          d.id = global_id(shard, d.id);
+          out.push_back(std::move(d));
+        }
     return out;
   }
   Result<void> stop(Duration bound) override {
-    core_->shutdown(bound);
-    return {};
+    if (core_->shutdown(bound)) return {};
+    return Error(ErrorCode::timeout, "job service '" + core_->settings.name + "': a queue shard still running after " +
+                                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(bound).count()) +
+                                         " ms");
   }
   Result<void> health() const override {
     std::lock_guard lk(core_->mu);
@@ -643,8 +711,9 @@ class Backend final : public troupe::detail::JobBackend {
   void set_paused(bool p) {
     std::lock_guard lk(core_->mu);
     core_->paused = p;
+    // Not the shards being handed off or stopped: they stay paused.
     for (auto& [shard, h] : core_->hosted)
-      if (h.service) p ? h.service->pause() : h.service->resume();
+      if (h.service && !h.drain_until && core_->wanted.count(shard)) p ? h.service->pause() : h.service->resume();
   }
 
   std::shared_ptr<Core> core_;
@@ -716,20 +785,22 @@ Result<JobService> start_job_service(ActorSystem& system, Remoting& remoting, Sh
   host.stop = [weak](std::uint32_t shard, std::uint64_t epoch, bool immediate) {
     auto c = weak.lock();
     if (!c) return;
-    if (immediate) {
-      c->unserve(shard);
+    {
       std::lock_guard lk(c->mu);
-      c->wanted.erase(shard);
-    } else {
-      c->begin_hand_off(shard);
+      c->pending_release.insert_or_assign(shard, epoch);
     }
+    if (immediate)
+      c->fence_shard(shard);
+    else
+      c->begin_hand_off(shard);
     c->keeper.post([weak, shard, epoch, immediate] {
       if (auto c2 = weak.lock()) c2->stop_shard(shard, epoch, immediate);
     });
   };
-  host.node_left = [](std::string_view) {
-    // The router learns of moves from the answers ("moved"); placement
-    // moves the node's shards by itself.
+  host.node_left = [weak](std::string_view node) {
+    // Placement moves the node's shards by itself; the router stops sending
+    // to it.
+    if (auto c = weak.lock()) (void)c->router.tell(NodeGone{std::string(node)});
   };
   if (auto r = directory.attach(core->type, cluster.shard_count, std::move(host)); !r.ok()) {
     core->keeper.stop();
@@ -743,7 +814,7 @@ Result<JobService> start_job_service(ActorSystem& system, Remoting& remoting, Sh
   for (std::uint32_t s = 0; s < cluster.shard_count; ++s)
     directory.locate(core->type, s, [](Result<ShardDirectory::Location>) {});
   (void)system.add_shutdown_hook([weak] {
-    if (auto c = weak.lock()) c->shutdown(c->cluster.stop_bound);
+    if (auto c = weak.lock()) (void)c->shutdown(c->cluster.stop_bound);
   });
   return troupe::detail::make_job_service(std::make_shared<Backend>(std::move(core)));
 }
