@@ -27,7 +27,7 @@ void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable}_c{1,
 void jobs_cluster(const std::string& workload);  // jobs_cluster.cpp: jobs_cluster_c50 (three nodes)
 void failover();                         // cluster.cpp
 void rebalance();                        // cluster.cpp
-void payments();                         // payments.cpp
+void payments(const std::string& workload);  // payments.cpp
 void remote_tell();                      // remote.cpp
 void remote_ask();                       // remote.cpp
 int remote_server(const std::string& workload, const char* fd_arg);  // remote.cpp: the second process
@@ -371,8 +371,8 @@ int main(int argc, char** argv) {
     troupe_bench::failover();
   } else if (w == "rebalance") {
     troupe_bench::rebalance();
-  } else if (w == "payments") {
-    troupe_bench::payments();
+  } else if (w == "payments" || w == "payments_1node" || w == "payments_1node_pg" || w == "payments_3node") {
+    troupe_bench::payments(w);  // payments: payments_1node then payments_3node
   } else if (w == "remote_tell") {
     troupe_bench::remote_tell();
   } else if (w == "remote_ask") {

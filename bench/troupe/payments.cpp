@@ -5,6 +5,10 @@
 // answering in 1 ms) -> journal -> reply.
 //   payments_1node{,_p50,_p99}  one payment_service, SQLite journal in a
 //                               temporary directory (default durability);
+//   payments_1node_pg{,_p50,_p99}  the same node with the PostgreSQL
+//                               journal, in the fresh database of bench/run's
+//                               own server (TROUPE_BENCH_PG_CONNINFO, fsync
+//                               and synchronous_commit on);
 //   payments_3node{,_p50,_p99}  three payment_service nodes in a cluster,
 //                               placement in redis-server, journal in
 //                               PostgreSQL (both our own, on 127.0.0.1).
@@ -18,6 +22,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -27,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/journal_append.hpp"
 #include "common/report.hpp"
 #include "processes.hpp"
 #include "troupe/node/http.hpp"
@@ -225,16 +231,29 @@ void await_cluster(const std::vector<Service>& nodes, const char* what, Ok ok) {
   }
 }
 
-void one_node() {
+// One node, the rest as payments_1node: the same gateway, load and node
+// settings; only the [journal] section differs.
+void one_node(const std::string& name, const std::string& journal) {
   proc::TempDir dir("troupe-bench-payments");
   int gateway_port = 0;
   auto gateway = start_gateway(dir.path(), gateway_port);
-  // The SQLite journal as configured by default: every event durable
-  // before it is acknowledged.
-  auto node =
-      start_service(dir.path(), "pay-1",
-                    node_config(dir.path(), "pay-1", gateway_port) + "\n[journal]\nbackend = \"sqlite\"\n");
-  report("payments_1node", run_load(dir.path(), {node.api_port}, kConcurrency, kWarmupS, kMeasureS));
+  auto node = start_service(dir.path(), "pay-1",
+                            node_config(dir.path(), "pay-1", gateway_port) + "\n[journal]\n" + journal);
+  report(name, run_load(dir.path(), {node.api_port}, kConcurrency, kWarmupS, kMeasureS));
+}
+
+// The SQLite journal as configured by default: every event durable before
+// it is acknowledged.
+void one_node_sqlite() { one_node("payments_1node", "backend = \"sqlite\"\n"); }
+
+// The PostgreSQL journal (its default options) in the database bench/run
+// created for this process on its own server.
+void one_node_postgres() {
+  const char* conninfo = std::getenv(bench::kPgConninfoEnv);
+  if (conninfo == nullptr || *conninfo == '\0')
+    fail(std::string("payments_1node_pg needs ") + bench::kPgConninfoEnv +
+         " (the libpq connection string of an empty database; bench/run sets it)");
+  one_node("payments_1node_pg", "backend = \"postgres\"\npostgres = " + json(conninfo).dump() + "\n");
 }
 
 void three_nodes() {
@@ -274,10 +293,13 @@ void three_nodes() {
 
 }  // namespace
 
-void payments() {
-  proc::guarded("payments", [] {
-    one_node();
-    three_nodes();
+// `payments` runs payments_1node and payments_3node in one process;
+// bench/run runs each row (and payments_1node_pg) as a workload of its own.
+void payments(const std::string& workload) {
+  proc::guarded(workload.c_str(), [&] {
+    if (workload == "payments" || workload == "payments_1node") one_node_sqlite();
+    if (workload == "payments_1node_pg") one_node_postgres();
+    if (workload == "payments" || workload == "payments_3node") three_nodes();
   });
 }
 
@@ -286,7 +308,7 @@ void payments() {
 #else
 
 namespace troupe_bench {
-void payments() {
+void payments(const std::string&) {
   std::fprintf(stderr,
                "bench_troupe: payments needs payment_service, payment_gateway, payment_loadgen and the test "
                "binaries (configure with TROUPE_BUILD_TESTS=ON)\n");
