@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -38,6 +39,11 @@ constexpr Duration kRetryDelay = std::chrono::milliseconds(20);
 
 JobId global_id(std::uint32_t shard, JobId local) noexcept {
   return (static_cast<JobId>(shard) << kShardShift) | local;
+}
+
+// Why a queue shard cannot run, as health() reports it.
+Error shard_fault(std::uint32_t shard, std::string_view what, const Error& e) {
+  return Error(e.code(), "queue shard " + std::to_string(shard) + " " + std::string(what) + ": " + e.message());
 }
 
 // --- a job on its way to a shard ---------------------------------------------------
@@ -284,8 +290,7 @@ struct Core : std::enable_shared_from_this<Core> {
     fenced.store(false, std::memory_order_relaxed);  // owning shards again
     if (!svc.ok()) {
       log("queue shard " + std::to_string(shard) + " could not start: " + svc.error().to_string());
-      faults.insert_or_assign(shard, Error(svc.error().code(), "queue shard " + std::to_string(shard) +
-                                                                    " could not start: " + svc.error().message()));
+      faults.insert_or_assign(shard, shard_fault(shard, "could not start", svc.error()));
       std::weak_ptr<Core> weak = weak_from_this();
       keeper.post(
           [weak, shard, epoch] {
@@ -298,6 +303,14 @@ struct Core : std::enable_shared_from_this<Core> {
     if (!paused) svc->resume();
     hosted.insert_or_assign(shard, Hosted{epoch, std::move(svc).value(), std::nullopt});
     rebuild_serving();
+  }
+
+  // Stops a service taken out of `hosted` (bounded) and keeps its counters
+  // and dead letters.
+  void stop_and_retire(std::uint32_t shard, JobService& svc) {
+    if (auto r = svc.stop(cluster.stop_bound); !r.ok()) log("queue shard " + std::to_string(shard) + ": " + r.error().to_string());
+    std::lock_guard lk(mu);
+    retire(shard, svc);
   }
 
   void retire(std::uint32_t shard, JobService& svc) {  // under mu
@@ -333,9 +346,7 @@ struct Core : std::enable_shared_from_this<Core> {
                !fenced.load(std::memory_order_relaxed))
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
-      if (auto r = svc->stop(cluster.stop_bound); !r.ok()) log("queue shard " + std::to_string(shard) + ": " + r.error().to_string());
-      std::lock_guard lk(mu);
-      retire(shard, *svc);
+      stop_and_retire(shard, *svc);
     }
     {
       std::lock_guard lk(mu);
@@ -355,8 +366,7 @@ struct Core : std::enable_shared_from_this<Core> {
       for (auto& [shard, h] : hosted) {
         if (!h.service) continue;
         if (auto ok = h.service->health(); !ok.ok()) {
-          faults.insert_or_assign(shard, Error(ok.error().code(), "queue shard " + std::to_string(shard) +
-                                                                       " stopped: " + ok.error().message()));
+          faults.insert_or_assign(shard, shard_fault(shard, "stopped", ok.error()));
           again.emplace_back(shard, h.epoch);
         }
       }
@@ -371,11 +381,7 @@ struct Core : std::enable_shared_from_this<Core> {
         h->second.service.reset();
         rebuild_serving();
       }
-      (void)svc->stop(cluster.stop_bound);
-      {
-        std::lock_guard lk(mu);
-        retire(shard, *svc);
-      }
+      stop_and_retire(shard, *svc);
       log("queue shard " + std::to_string(shard) + " is read from its log again");
       start_shard(shard, epoch);
     }
@@ -689,7 +695,7 @@ class Backend final : public troupe::detail::JobBackend {
     for (auto& [shard, h] : core_->hosted) {
       if (!h.service) continue;
       if (auto ok = h.service->health(); !ok.ok())
-        return Error(ok.error().code(), "queue shard " + std::to_string(shard) + " stopped: " + ok.error().message());
+        return shard_fault(shard, "stopped", ok.error());
     }
     return {};
   }
