@@ -1,11 +1,13 @@
 #include "troupe/cluster/remote.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "troupe/cluster/node_id.hpp"
@@ -13,6 +15,25 @@
 
 namespace troupe::cluster {
 namespace detail {
+namespace {
+
+// Set while fail_node() completes the requests of a lost connection or a
+// departed node (see completing_lost_requests()).
+thread_local bool t_completing_lost = false;
+
+struct LostRequests {
+  LostRequests() noexcept : was_(std::exchange(t_completing_lost, true)) {}
+  ~LostRequests() { t_completing_lost = was_; }
+  LostRequests(const LostRequests&) = delete;
+  LostRequests& operator=(const LostRequests&) = delete;
+
+ private:
+  bool was_;
+};
+
+}  // namespace
+
+bool completing_lost_requests() noexcept { return t_completing_lost; }
 
 class RemotingCore : public std::enable_shared_from_this<RemotingCore> {
  public:
@@ -75,22 +96,26 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore> {
     reply(std::move(r));
   }
 
-  // The connection to `node` is gone: requests out on it may never be
-  // answered. They complete now rather than at their timeout.
+  // The connection to `node` is gone, or the node left: requests out on it
+  // may never be answered. They complete now rather than at their timeout,
+  // in the order they were sent (request ids grow), so a layer that sends
+  // some of them again (a shard region's idempotent asks) keeps their order.
   void fail_node(std::string_view node, const Error& e) {
-    std::vector<PendingReply> failed;
+    std::vector<std::pair<std::uint64_t, PendingReply>> failed;
     {
       std::lock_guard lk(pending_mu_);
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.node == node) {
-          failed.push_back(std::move(it->second.reply));
+          failed.emplace_back(it->first, std::move(it->second.reply));
           it = pending_.erase(it);
         } else {
           ++it;
         }
       }
     }
-    for (auto& f : failed) f(Result<std::string_view>(e));
+    std::sort(failed.begin(), failed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    LostRequests scope;
+    for (auto& f : failed) f.second(Result<std::string_view>(e));
   }
 
   void fail_all(const Error& e) {

@@ -79,6 +79,12 @@ Result<void> send_frame(RemotingCore& core, std::string_view node, RemoteKind ki
 // id (u64). Errors: shutting_down.
 std::uint64_t add_pending(RemotingCore& core, std::string_view node, PendingReply reply, Duration timeout);
 void fail_pending(RemotingCore& core, std::uint64_t req, Error e);
+// True on the thread that completes the pending asks of a node whose
+// connection was lost or that left the cluster, while it does: the
+// `unreachable` error such an ask's reply function gets means "out on the
+// wire when the owner went away" (handled or not), not an error the remote
+// node answered. Shard regions re-send idempotent asks on it.
+bool completing_lost_requests() noexcept;
 ByteWriter& scratch_writer();
 ActorSystem& system_of(RemotingCore& core);
 
