@@ -23,6 +23,17 @@
 // (For ReplyTo<void>, no reply codec is needed.) The codec never sees the
 // reply_to member: it is carried by the runtime.
 //
+// A command that may safely be handled twice (its handler answers a repeat
+// with the stored outcome) is declared idempotent where it is registered:
+//
+//   codecs.add<GetStatus>("GetStatus", enc, dec, status_enc, status_dec, {.idempotent = true});
+//
+// A shard region then re-sends an ask of that type to its shard's new owner
+// when the owner died or left while the ask was out, within the asker's
+// timeout, instead of answering "may or may not have been handled"
+// (sharding.hpp, doc/sharding.md). The flag is a property of the message
+// type on every node; it does not travel on the wire.
+//
 // On the wire an alternative is named by a 32-bit id, the FNV-1a hash of its
 // name (doc/wire.md); two names with the same id in one table are refused.
 // A table is filled before use and then only read: reading from many
@@ -102,6 +113,14 @@ void fail_reply_target(M& m, const Error& e) {
 
 }  // namespace detail
 
+// What a registration says about its message beyond the codec.
+struct MessageOptions {
+  // Handling it twice has the effect of handling it once, and a repeat is
+  // answered as the first was: a shard region may re-send it after its
+  // owner was lost (see the file comment).
+  bool idempotent = false;
+};
+
 // The codecs of one message type M. Value type (copyable); see the file
 // comment for thread safety.
 template <class M>
@@ -117,19 +136,19 @@ class MessageCodecs {
   // registered name.
   template <class T>
     requires(!detail::ReplyTypeOf<T>::has || std::is_void_v<typename detail::ReplyTypeOf<T>::type>)
-  Result<void> add(std::string name, Encoder<T> enc, Decoder<T> dec) {
-    return add_entry<T>(std::move(name), std::move(enc), std::move(dec), nullptr, nullptr);
+  Result<void> add(std::string name, Encoder<T> enc, Decoder<T> dec, MessageOptions options = {}) {
+    return add_entry<T>(std::move(name), std::move(enc), std::move(dec), nullptr, nullptr, options);
   }
   // Registers a request whose `reply_to` is a ReplyTo<R>, with R's codec.
   template <class T, class R = typename detail::ReplyTypeOf<T>::type>
     requires(detail::ReplyTypeOf<T>::has && !std::is_void_v<R>)
   Result<void> add(std::string name, Encoder<T> enc, Decoder<T> dec, std::type_identity_t<Encoder<R>> reply_enc,
-                   std::type_identity_t<Decoder<R>> reply_dec) {
+                   std::type_identity_t<Decoder<R>> reply_dec, MessageOptions options = {}) {
     if (!reply_enc || !reply_dec)
       return Error(ErrorCode::invalid_argument, "message '" + name + "' needs a reply encoder and decoder");
     return add_entry<T>(std::move(name), std::move(enc), std::move(dec),
                         std::make_shared<Encoder<R>>(std::move(reply_enc)),
-                        std::make_shared<Decoder<R>>(std::move(reply_dec)));
+                        std::make_shared<Decoder<R>>(std::move(reply_dec)), options);
   }
 
   // Writes m's id and bytes; takes its reply target (if any) out into
@@ -143,6 +162,31 @@ class MessageCodecs {
     e.write(m, out);
     if (e.take_reply) reply.emplace(e.take_reply(m));
     return e.id;
+  }
+  // Writes m's bytes and returns its id, leaving its reply target in m: for
+  // a sender that keeps the message to answer it, or to send it again, with
+  // answer(). invalid_argument if m's alternative has no codec.
+  Result<std::uint32_t> encode(const M& m, ByteWriter& out) const {
+    std::size_t idx = index_of_value(m);
+    if (idx >= writers_.size() || !writers_[idx])
+      return Error(ErrorCode::invalid_argument, "no codec registered for message alternative " + std::to_string(idx));
+    writers_[idx]->write(m, out);
+    return writers_[idx]->id;
+  }
+  // Completes m's reply target, if it has a pending one, with what came
+  // back for it over the wire: the reply's bytes, decoded, or the error.
+  void answer(M& m, Result<std::string_view> reply) const {
+    std::size_t idx = index_of_value(m);
+    if (idx < writers_.size() && writers_[idx] && writers_[idx]->answer) {
+      writers_[idx]->answer(m, std::move(reply));
+    } else if (!reply.ok()) {
+      detail::fail_reply_target(m, reply.error());
+    }
+  }
+  // Whether m's alternative was registered idempotent (MessageOptions).
+  bool idempotent(const M& m) const noexcept {
+    std::size_t idx = index_of_value(m);
+    return idx < writers_.size() && writers_[idx] && writers_[idx]->idempotent;
   }
   // Rebuilds a message from its id and bytes; for a request, `sink` gets
   // its answer. protocol_error if the id is unknown or the bytes do not
@@ -179,13 +223,42 @@ class MessageCodecs {
     std::function<void(const M&, ByteWriter&)> write;
     std::function<Result<M>(ByteReader&)> read;
     std::function<PendingReply(M&)> take_reply;
+    std::function<void(M&, Result<std::string_view>)> answer;
     std::function<void(M&, ReplySink)> attach_reply;
+    bool idempotent = false;
   };
+
+  // Completes `rt` with a reply's bytes (decoded with `rdec`) or an error.
+  template <class R, class RD>
+  static void complete_target(ReplyTo<R>& rt, const std::shared_ptr<RD>& rdec, Result<std::string_view> bytes) {
+    if (!bytes.ok()) {
+      rt.fail(std::move(bytes).error());
+      return;
+    }
+    if constexpr (std::is_void_v<R>) {
+      (void)rdec;
+      rt.reply();
+    } else {
+      ByteReader r(bytes.value());
+      Result<R> v = [&]() -> Result<R> {
+        try {
+          return (*rdec)(r);
+        } catch (const std::exception& ex) {
+          return Error(ErrorCode::protocol_error, std::string("reply decoder threw: ") + ex.what());
+        }
+      }();
+      if (v.ok()) {
+        rt.reply(std::move(v.value()));
+      } else {
+        rt.fail(Error(ErrorCode::protocol_error, "cannot decode the reply: " + v.error().message()));
+      }
+    }
+  }
 
   // renc / rdec: the reply's Encoder<R> / Decoder<R>, for a request.
   template <class T>
   Result<void> add_entry(std::string name, Encoder<T> enc, Decoder<T> dec, std::shared_ptr<void> renc_any,
-                         std::shared_ptr<void> rdec_any) {
+                         std::shared_ptr<void> rdec_any, MessageOptions options) {
     if (name.empty()) return Error(ErrorCode::invalid_argument, "message name is empty");
     if (!enc || !dec) return Error(ErrorCode::invalid_argument, "message '" + name + "' needs an encoder and a decoder");
     std::uint32_t id = message_id(name);
@@ -197,6 +270,7 @@ class MessageCodecs {
     auto e = std::make_shared<Entry>();
     e->name = std::move(name);
     e->id = id;
+    e->idempotent = options.idempotent;
     e->write = [enc = std::move(enc)](const M& m, ByteWriter& w) { enc(get_alt<T>(m), w); };
     e->read = [dec = std::move(dec)](ByteReader& r) -> Result<M> {
       auto t = dec(r);
@@ -212,28 +286,11 @@ class MessageCodecs {
       auto rdec = std::static_pointer_cast<RD>(rdec_any);
       e->take_reply = [rdec](M& m) -> PendingReply {
         return [rt = std::move(get_alt_mut<T>(m).reply_to), rdec](Result<std::string_view> bytes) mutable {
-          if (!bytes.ok()) {
-            rt.fail(std::move(bytes).error());
-            return;
-          }
-          if constexpr (std::is_void_v<R>) {
-            rt.reply();
-          } else {
-            ByteReader r(bytes.value());
-            Result<R> v = [&]() -> Result<R> {
-              try {
-                return (*rdec)(r);
-              } catch (const std::exception& ex) {
-                return Error(ErrorCode::protocol_error, std::string("reply decoder threw: ") + ex.what());
-              }
-            }();
-            if (v.ok()) {
-              rt.reply(std::move(v.value()));
-            } else {
-              rt.fail(Error(ErrorCode::protocol_error, "cannot decode the reply: " + v.error().message()));
-            }
-          }
+          complete_target(rt, rdec, std::move(bytes));
         };
+      };
+      e->answer = [rdec](M& m, Result<std::string_view> bytes) {
+        complete_target(get_alt_mut<T>(m).reply_to, rdec, std::move(bytes));
       };
       e->attach_reply = [renc](M& m, ReplySink sink) {
         Promise<R> p;
