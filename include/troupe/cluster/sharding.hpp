@@ -28,12 +28,39 @@
 // shards at once, before any other node may take them over; the journal's
 // primary key (E7) refuses a second writer should one ever race.
 //
+// Failover (SPEC C1): when the owner dies or leaves while an ask is out to
+// it (its connection is lost, or membership removes it), the ask is either
+//   - re-sent, if its message type was registered idempotent
+//     (MessageOptions::idempotent in its MessageCodecs registration): the
+//     shard is located again and the ask waits in the shard's buffer, like
+//     any new command, until the directory names an owner that can be
+//     reached, then goes there — as long as its asker still waits (the ask's
+//     own timeout bounds every retry; an ask whose asker gave up is dropped,
+//     never delivered late);
+//   - or answered `unreachable`, "may or may not have been handled".
+// A command whose send finds the owner gone from the address book was not
+// sent at all: a tell or an idempotent ask waits for the next owner; a
+// non-idempotent ask is answered `unreachable` as before. Either way the
+// commands behind it wait for the shard to be located again, which is
+// retried with a growing pause (25 ms up to 0.5 s) while the directory still
+// names the departed node. Tells are never re-sent: a tell out on a lost
+// connection is lost, as a tell to a local actor that stops may be.
+//
 // Order: commands from one sender to one entity arrive in the order sent —
 // they share one path (buffer, local registry, or the one connection to
 // the owner; a forwarding node forwards in arrival order). A node keeps its
 // view of a remote shard's owner until that node leaves the cluster, so a
 // sender's path does not change under it while a move is in flight: after a
 // move, traffic from nodes that knew the old owner is forwarded by it.
+// Re-sent asks keep their order among themselves (the asks of one lost
+// connection are re-sent in the order they were sent) and go ahead of
+// anything sent after they were re-sent. What they may not keep: their
+// place before a later command of the same sender that was already on its
+// way elsewhere (a non-idempotent ask answered `unreachable`, or a command
+// sent to the same owner after the connection broke and before the loss was
+// seen, which waits in the transport's queue for a reconnection). A re-sent
+// ask may also be handled twice — by the owner that died (or whose
+// connection broke) and by the next one — which is what idempotent means.
 //
 // Thread safety: all members of ShardRegion are thread-safe. Ownership: a
 // region shares the actor system, the journal, the remoting layer and the
@@ -56,6 +83,7 @@
 
 #include "troupe/cluster/messages.hpp"
 #include "troupe/cluster/remote.hpp"
+#include "troupe/core/detail/timer_service.hpp"
 #include "troupe/persist/entity.hpp"
 
 namespace troupe::cluster {
@@ -138,6 +166,7 @@ struct ShardRegionStats {
   std::uint64_t received_remote = 0;    // commands that arrived from another node
   std::uint64_t forwarded = 0;          // arrived here for a shard owned elsewhere
   std::uint64_t refused = 0;            // answered with an error by the region
+  std::uint64_t resent = 0;             // idempotent asks sent again after their owner was lost
   EntityStats entities{};               // summed over the hosted shards
 };
 
@@ -169,6 +198,9 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     std::string id;
     Command cmd;
     std::uint8_t hops = 0;
+    // An idempotent ask sent again after its owner was lost: dropped rather
+    // than delivered once its asker no longer waits.
+    bool resent = false;
   };
   struct Shard {
     std::mutex mu;
@@ -180,11 +212,15 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     // Started here again while the previous registry was still stopping:
     // the epoch to open with once it has.
     std::optional<std::uint64_t> restart_epoch;
+    // Locating again after the owner turned out gone: the pause before the
+    // next locate (zero once a send went out), and whether one is armed.
+    Duration relocate_delay{};
+    bool relocate_armed = false;
   };
   std::unique_ptr<Shard[]> shards;
 
   std::atomic<std::uint64_t> hosted{0}, started{0}, handed_off{0}, buffered{0}, sent_remote{0}, received_remote{0},
-      forwarded{0}, refused{0};
+      forwarded{0}, refused{0}, resent{0};
   std::atomic<bool> stopping{false};
   // Registries of shards handed off or stopped still count in the stats.
   std::mutex retired_mu;
@@ -207,25 +243,30 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     std::uint32_t s = shard_of(id, settings.shard_count);
     Shard& sh = shards[s];
     std::unique_lock lk(sh.mu);
+    route_locked(lk, sh, s, std::move(id), std::move(cmd), hops, false);
+  }
+
+  void route_locked(std::unique_lock<std::mutex>& lk, Shard& sh, std::uint32_t s, std::string id, Command cmd,
+                    std::uint8_t hops, bool resent_cmd) {
     switch (sh.phase) {
       case Phase::local:
         return deliver_local(sh, std::move(id), std::move(cmd));
       case Phase::remote:
         return send_remote(sh, s, std::move(id), std::move(cmd), hops);
       case Phase::unknown:
-        if (!hold(sh, std::move(id), std::move(cmd), hops)) return;
+        if (!hold(sh, std::move(id), std::move(cmd), hops, resent_cmd)) return;
         sh.phase = Phase::locating;
         lk.unlock();
         return locate(s);
       case Phase::locating:
       case Phase::waiting:
       case Phase::stopping:
-        (void)hold(sh, std::move(id), std::move(cmd), hops);
+        (void)hold(sh, std::move(id), std::move(cmd), hops, resent_cmd);
         return;
     }
   }
 
-  bool hold(Shard& sh, std::string id, Command cmd, std::uint8_t hops) {
+  bool hold(Shard& sh, std::string id, Command cmd, std::uint8_t hops, bool resent_cmd = false) {
     if (stopping.load(std::memory_order_acquire)) {
       refuse(cmd, Error(ErrorCode::shutting_down, "entity type '" + settings.entity.type_name + "' is stopping on node '" +
                                                       directory->self() + "'"));
@@ -237,7 +278,7 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
                                                         " commands already wait for its shard's owner"));
       return false;
     }
-    sh.buffer.push_back(Pending{std::move(id), std::move(cmd), hops});
+    sh.buffer.push_back(Pending{std::move(id), std::move(cmd), hops, resent_cmd});
     buffered.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
@@ -248,16 +289,35 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     (void)sh.host->tell(id, std::move(cmd));
   }
 
-  void send_remote(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops) {
-    ByteWriter& w = scratch_writer();
+  static bool reply_pending(Command& c) {
+    bool pending = false;
+    troupe::detail::with_reply_target(c, [&](auto* rt) { pending = rt && rt->pending(); });
+    return pending;
+  }
+
+  // Starts an entity frame in the thread's scratch writer: request id
+  // (patched for an ask), inbox, shard, hops, entity id, message id
+  // (patched). Returns where the message id goes.
+  std::size_t begin_frame(ByteWriter& w, std::uint32_t s, std::uint8_t hops, const std::string& id) {
     w.bytes().clear();
-    w.u64(0);  // request id, patched for an ask
+    w.u64(0);
     w.str(inbox_name);
     w.u32(s);
     w.u8(hops);
     w.str(id);
     std::size_t id_at = w.bytes().size();
     w.u32(0);
+    return id_at;
+  }
+  static void patch(std::string& b, std::size_t at, std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) b[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  }
+
+  // With sh.mu held and a phase of remote.
+  void send_remote(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops) {
+    if (codecs.idempotent(cmd) && reply_pending(cmd)) return send_idempotent(sh, s, std::move(id), std::move(cmd), hops);
+    ByteWriter& w = scratch_writer();
+    std::size_t id_at = begin_frame(w, s, hops, id);
     std::optional<PendingReply> reply;
     auto msg_id = codecs.encode(cmd, w, reply);
     if (!msg_id.ok()) {
@@ -265,27 +325,184 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
       return;
     }
     auto& b = w.bytes();
-    for (int i = 0; i < 4; ++i) b[id_at + i] = static_cast<char>((msg_id.value() >> (8 * i)) & 0xff);
+    patch(b, id_at, msg_id.value(), 4);
     sent_remote.fetch_add(1, std::memory_order_relaxed);
     Result<void> sent;
     if (reply) {
       std::uint64_t req = add_pending(remoting->core(), sh.owner, std::move(*reply), ask_forget_after);
-      for (int i = 0; i < 8; ++i) b[i] = static_cast<char>((req >> (8 * i)) & 0xff);
+      patch(b, 0, req, 8);
       sent = send_frame(remoting->core(), sh.owner, RemoteKind::entity_ask, b);
       if (!sent.ok()) fail_pending(remoting->core(), req, sent.error());
     } else {
       // A tell carries no request id: skip the 8 placeholder bytes.
       sent = send_frame(remoting->core(), sh.owner, RemoteKind::entity_tell, std::string_view(b).substr(8));
-      if (!sent.ok()) refused.fetch_add(1, std::memory_order_relaxed);
+      // Not sent because its owner left: it waits for the next one.
+      if (!sent.ok() && sent.error().code() == ErrorCode::unreachable) {
+        (void)hold(sh, std::move(id), std::move(cmd), hops);
+      } else if (!sent.ok()) {
+        refused.fetch_add(1, std::memory_order_relaxed);
+      }
     }
-    // The owner we knew is gone from the address book (it left or died,
-    // possibly before its shards were moved when we located this one):
-    // locate the shard again for the next command.
-    if (!sent.ok() && sent.error().code() == ErrorCode::unreachable) {
+    if (sent.ok()) {
+      sh.relocate_delay = Duration::zero();
+    } else if (sent.error().code() == ErrorCode::unreachable) {
+      owner_gone(sh, s);
+    }
+  }
+
+  // An idempotent ask out to another node, kept whole (with its reply
+  // target) so that it can be sent again if that node goes away before
+  // answering. Whoever claims it first owns `cmd`: the reply function, or
+  // send_idempotent() taking it back after a send that failed.
+  struct InFlight {
+    std::string id;
+    std::string owner;
+    std::uint32_t shard = 0;
+    std::uint8_t hops = 0;
+    std::optional<Command> cmd;
+    std::atomic<bool> claimed{false};
+    bool claim() noexcept { return !claimed.exchange(true, std::memory_order_acq_rel); }
+  };
+
+  // With sh.mu held and a phase of remote; `cmd` has a pending reply target.
+  void send_idempotent(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops) {
+    ByteWriter& w = scratch_writer();
+    std::size_t id_at = begin_frame(w, s, hops, id);
+    auto msg_id = codecs.encode(std::as_const(cmd), w);
+    if (!msg_id.ok()) {
+      refuse(cmd, msg_id.error());
+      return;
+    }
+    auto flight = std::make_shared<InFlight>();
+    flight->id = std::move(id);
+    flight->owner = sh.owner;
+    flight->shard = s;
+    flight->hops = hops;
+    flight->cmd.emplace(std::move(cmd));
+    std::weak_ptr<RegionCore> self = this->shared_from_this();
+    std::uint64_t req = add_pending(
+        remoting->core(), sh.owner,
+        [self, flight](Result<std::string_view> r) { answered(self, *flight, std::move(r)); }, ask_forget_after);
+    auto& b = w.bytes();
+    patch(b, id_at, msg_id.value(), 4);
+    patch(b, 0, req, 8);
+    sent_remote.fetch_add(1, std::memory_order_relaxed);
+    auto sent = send_frame(remoting->core(), sh.owner, RemoteKind::entity_ask, b);
+    if (sent.ok()) {
+      sh.relocate_delay = Duration::zero();
+      return;
+    }
+    // Not sent. Unless the remoting layer completed it meanwhile (its node
+    // was removed on another thread, which re-sends it), take it back.
+    if (!flight->claim()) return;
+    Command back = std::move(*flight->cmd);
+    fail_pending(remoting->core(), req, sent.error());  // forgets it; the reply function finds it claimed
+    if (sent.error().code() != ErrorCode::unreachable) {
+      refuse(back, sent.error());
+      return;
+    }
+    // Its owner is gone from the address book: nothing went out, so it
+    // waits for the shard's next owner like any new command.
+    (void)hold(sh, std::move(flight->id), std::move(back), hops, true);
+    owner_gone(sh, s);
+  }
+
+  // The answer to an idempotent ask, or the failure that ended it.
+  static void answered(const std::weak_ptr<RegionCore>& self, InFlight& f, Result<std::string_view> r) {
+    // Read first: only the remoting layer failing a lost connection's or a
+    // departed node's requests means "the owner went away meanwhile".
+    bool lost = !r.ok() && r.error().code() == ErrorCode::unreachable && completing_lost_requests();
+    if (!f.claim()) return;
+    Command& cmd = *f.cmd;
+    auto core = self.lock();
+    if (!core) {
+      fail_reply_target(cmd, r.ok() ? Error(ErrorCode::shutting_down, "the shard region is stopped")
+                                                    : r.error());
+      return;
+    }
+    if (lost) return core->resend(f, std::move(cmd), std::move(r).error());
+    core->codecs.answer(cmd, std::move(r));
+  }
+
+  // Sends an idempotent ask again after its owner died or left while it was
+  // out; `lost` is what its asker gets if it cannot be.
+  void resend(InFlight& f, Command cmd, Error lost) {
+    // Its asker's timeout passed: nobody waits for it any more.
+    if (!reply_pending(cmd)) return;
+    Shard& sh = shards[f.shard];
+    std::unique_lock lk(sh.mu);
+    if (stopping.load(std::memory_order_acquire)) {
+      lk.unlock();
+      refuse(cmd, lost);
+      return;
+    }
+    resent.fetch_add(1, std::memory_order_relaxed);
+    // The first of the shard's asks to hear of the loss: the shard is
+    // located again rather than sent to the same node.
+    if (sh.phase == Phase::remote && sh.owner == f.owner) {
       sh.phase = Phase::unknown;
       sh.owner.clear();
     }
+    route_locked(lk, sh, f.shard, std::move(f.id), std::move(cmd), f.hops, true);
   }
+
+  // The owner we knew is gone from the address book (it left or died,
+  // possibly before its shards moved when we located this one); with sh.mu
+  // held. What waits, and what comes next, stays in the buffer until the
+  // directory names an owner that can be reached. Asking it again at once
+  // would most likely name the same node, so the next locate waits a
+  // little, longer each time.
+  void owner_gone(Shard& sh, std::uint32_t s) {
+    sh.owner.clear();
+    locate_later(sh, s);
+  }
+
+  static constexpr Duration kFirstRelocatePause = std::chrono::milliseconds(25);
+  static constexpr Duration kMaxRelocatePause = std::chrono::milliseconds(500);
+
+  class RelocateTimer final : public troupe::detail::TimerService::Node {
+   public:
+    RelocateTimer(std::weak_ptr<RegionCore> core, std::uint32_t s) : core_(std::move(core)), shard_(s) {}
+
+   private:
+    void fire() noexcept override {
+      if (auto c = core_.lock()) c->relocate(shard_);
+    }
+    std::weak_ptr<RegionCore> core_;
+    std::uint32_t shard_;
+  };
+
+  // With sh.mu held.
+  void locate_later(Shard& sh, std::uint32_t s) {
+    sh.phase = Phase::locating;
+    if (sh.relocate_armed) return;
+    sh.relocate_delay = sh.relocate_delay == Duration::zero() ? kFirstRelocatePause
+                                                              : std::min<Duration>(2 * sh.relocate_delay, kMaxRelocatePause);
+    auto& timers = troupe::detail::timers_of(system->impl());
+    auto* t = new RelocateTimer(this->weak_from_this(), s);
+    bool armed = timers.schedule(t, deadline_after(timers.clock().now(), sh.relocate_delay));
+    t->release();
+    if (armed) {
+      sh.relocate_armed = true;
+      return;
+    }
+    // The actor system is shutting down: no timer fires any more.
+    sh.phase = Phase::unknown;
+    auto waiting = take_buffer(sh);
+    for (auto& p : waiting)
+      refuse(p.cmd, Error(ErrorCode::shutting_down, "the actor system of node '" + directory->self() + "' is shutting down"));
+  }
+
+  void relocate(std::uint32_t s) {
+    Shard& sh = shards[s];
+    {
+      std::lock_guard lk(sh.mu);
+      sh.relocate_armed = false;
+      if (sh.phase != Phase::locating) return;
+    }
+    locate(s);
+  }
+
   // How long a remote ask's bookkeeping outlives an answer that never comes
   // (its future completed with its own timeout long before).
   Duration ask_forget_after = std::chrono::seconds(60);
@@ -330,14 +547,19 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
   }
 
   // Sends what waited, in order; with sh.mu held and a phase of local or
-  // remote.
+  // remote. Should the owner turn out gone on the way (a send finds it
+  // removed from the address book), the rest waits for the next one.
   void flush(Shard& sh, std::uint32_t s) {
     auto waiting = take_buffer(sh);
     for (auto& p : waiting) {
+      // A re-sent ask whose asker gave up while it waited: nobody to answer.
+      if (p.resent && !reply_pending(p.cmd)) continue;
       if (sh.phase == Phase::local) {
         deliver_local(sh, std::move(p.id), std::move(p.cmd));
-      } else {
+      } else if (sh.phase == Phase::remote) {
         send_remote(sh, s, std::move(p.id), std::move(p.cmd), p.hops);
+      } else {
+        (void)hold(sh, std::move(p.id), std::move(p.cmd), p.hops, p.resent);
       }
     }
   }
@@ -492,6 +714,7 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     st.received_remote = received_remote.load();
     st.forwarded = forwarded.load();
     st.refused = refused.load();
+    st.resent = resent.load();
     {
       std::lock_guard lk(retired_mu);
       st.entities = retired;

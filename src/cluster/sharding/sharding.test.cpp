@@ -47,15 +47,18 @@ class Sharding : public ::testing::Test {
     return s;
   }
 
-  void boot(std::vector<std::string> ids, std::uint32_t shards = 16, Duration settle_timeout = 30s) {
+  // `hold_while_settling` and `where` as in sharding_test_support.hpp.
+  void boot(std::vector<std::string> ids, std::uint32_t shards = 16, Duration settle_timeout = 30s,
+            bool hold_while_settling = false, MessageOptions where = {}) {
     placement = std::make_unique<StaticShardDirectory>(ids);
     test::start_in_process_nodes(ids, *placement, nodes);
     if (HasFatalFailure()) return;
     for (auto& n : nodes) {
       auto reg = ShardRegion<Account>::start(
           *n->system, journal, *n->remoting, *n->directory, settings(shards), test::account_events(),
-          test::account_commands(),
-          [node = n->id, settle_timeout](const std::string&) { return Account{node, settle_timeout}; });
+          test::account_commands(where), [node = n->id, settle_timeout, hold_while_settling](const std::string&) {
+            return Account{node, settle_timeout, hold_while_settling};
+          });
       ASSERT_TRUE(reg.ok()) << reg.error().to_string();
       n->region.emplace(std::move(reg.value()));
     }
@@ -78,6 +81,42 @@ class Sharding : public ::testing::Test {
   static std::string where(Node& n, const std::string& entity) {
     auto r = n.region->ask<std::string>(entity, [](ReplyTo<std::string> rt) { return test::Where{std::move(rt)}; }, 10s).get();
     return r.ok() ? r.value() : "error: " + r.error().to_string();
+  }
+
+  // An entity whose shard `owner` holds (placed from n1).
+  std::string entity_on(const std::string& owner, const std::string& prefix) {
+    for (int i = 0;; ++i) {
+      std::string id = prefix + std::to_string(i);
+      (void)where(node("n1"), id);
+      if (placement->placement("account", shard_of(id, 16))->owner == owner) return id;
+    }
+  }
+
+  // Puts `id` in Settling and sends it, from n1, an idempotent Where and a
+  // Deposit of 5 that the entity holds back until the episode ends; returns
+  // once both reached `owner`.
+  std::pair<Future<std::string>, Future<std::int64_t>> asks_held_by(const std::string& owner, const std::string& id,
+                                                                     Duration timeout) {
+    auto settling =
+        node("n1").region->ask<std::string>(id, [](ReplyTo<std::string> r) { return test::StartSettle{std::move(r)}; }, 10s).get();
+    EXPECT_TRUE(settling.ok()) << settling.error().to_string();
+    auto arrived = node(owner).region->stats().received_remote;
+    auto w = node("n1").region->ask<std::string>(id, [](ReplyTo<std::string> r) { return test::Where{std::move(r)}; }, timeout);
+    auto d = node("n1").region->ask<std::int64_t>(id, [](ReplyTo<std::int64_t> r) { return test::Deposit{5, std::move(r)}; }, timeout);
+    EXPECT_TRUE(test::eventually([&] { return node(owner).region->stats().received_remote >= arrived + 2; }));
+    return {std::move(w), std::move(d)};
+  }
+
+  // What a node that dies looks like to the others: its connections drop at
+  // once; later, membership removes it from every address book, then the
+  // directory moves its shards.
+  void crash(const std::string& id) {
+    node(id).remoting->stop();
+  }
+  void forget(const std::string& id) {
+    for (auto& n : nodes)
+      if (n->id != id) n->remoting->remove_peer(id);
+    placement->remove_node(id);
   }
 };
 
@@ -182,6 +221,59 @@ TEST_F(Sharding, AShardOfACrashedNodeIsServedByAnotherWithItsAcknowledgedEvents)
     EXPECT_EQ(w.substr(w.find(' ') + 1), id + " " + std::to_string(balance));
     EXPECT_NE(w.substr(0, 2), "n3");
   }
+}
+
+
+// An ask is "in flight" below while the owner holds it unanswered: the
+// owner's connection then breaks (crash), and only later does membership
+// say the node is gone (forget). The idempotent Where waits through both
+// and is answered by the shard's next owner; the Deposit, not declared
+// idempotent, gets the explicit error at once.
+// proves: C1
+TEST_F(Sharding, AnIdempotentAskOutToAnOwnerThatDiesIsAnsweredByTheNextOwnerAndOthersGetTheExplicitError) {
+  boot({"n1", "n2", "n3"}, 16, 4s, true, MessageOptions{.idempotent = true});
+  std::string id = entity_on("n3", "victim-");
+  auto [where_f, deposit_f] = asks_held_by("n3", id, 20s);
+  crash("n3");
+  auto dep = deposit_f.get();
+  ASSERT_FALSE(dep.ok()) << "the Deposit was answered " << dep.value();
+  EXPECT_EQ(dep.error().code(), ErrorCode::unreachable);
+  EXPECT_NE(dep.error().message().find("may or may not have been handled"), std::string::npos) << dep.error().to_string();
+  // The connection broke, but nothing says yet that n3 is gone: the Where
+  // waits (re-sent towards the owner the directory still names).
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(where_f.ready());
+  forget("n3");
+  // The next owner recovered the entity in Settling; its episode ends.
+  ASSERT_TRUE(node("n1").region->tell(id, test::Finish{}).ok());
+  auto w = where_f.get();
+  ASSERT_TRUE(w.ok()) << w.error().to_string();
+  std::string next = placement->placement("account", shard_of(id, 16))->owner;
+  EXPECT_NE(next, "n3");
+  EXPECT_EQ(w.value(), next + " " + id + " 0") << "the Deposit held by n3 was never stored";
+  EXPECT_GE(node("n1").region->stats().resent, 1u);
+}
+
+// The same failure with an asker that stops waiting first: the re-sent ask
+// ends with its own timeout and is never delivered afterwards.
+// proves: C1
+TEST_F(Sharding, AnIdempotentAskIsNotSentAgainAfterItsAskerStoppedWaiting) {
+  boot({"n1", "n2"}, 16, 4s, true, MessageOptions{.idempotent = true});
+  std::string id = entity_on("n2", "late-");
+  auto [where_f, deposit_f] = asks_held_by("n2", id, 1500ms);
+  crash("n2");
+  EXPECT_FALSE(deposit_f.get().ok());
+  auto w = where_f.get();
+  ASSERT_FALSE(w.ok()) << w.value();
+  EXPECT_EQ(w.error().code(), ErrorCode::timeout) << w.error().to_string();
+  auto resent = node("n1").region->stats().resent;
+  EXPECT_EQ(resent, 1u);
+  forget("n2");
+  // n1 now hosts the shard; the Where is dropped, not delivered there.
+  ASSERT_TRUE(node("n1").region->tell(id, test::Finish{}).ok());
+  EXPECT_EQ(where(node("n1"), id), "n1 " + id + " 0");
+  EXPECT_EQ(node("n1").region->stats().resent, resent);
+  EXPECT_EQ(node("n1").region->stats().buffered, 0u);
 }
 
 // proves: X1

@@ -62,11 +62,17 @@ struct Account {
 
   std::string node;
   Duration settle_timeout = std::chrono::seconds(30);
+  // While settling, Deposit and Where wait (stashed) for the episode's end:
+  // asks that stay out on the wire until a Finish.
+  bool hold_while_settling = false;
 
   Effect on_command(const State& s, Command& c, EntityContext<Account>& ctx) {
     return std::visit(
         [&](auto& m) -> Effect {
           using T = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<T, Deposit> || std::is_same_v<T, Where>) {
+            if (hold_while_settling && s.settling) return Effect::stash();
+          }
           if constexpr (std::is_same_v<T, Deposit>) {
             return Effect::persist(Deposited{m.amount}).then_reply(m.reply_to, [](const State& st) { return st.balance; });
           } else if constexpr (std::is_same_v<T, Where>) {
@@ -136,7 +142,8 @@ inline EventCodecs<AccountEvent> account_events() {
   return c;
 }
 
-inline MessageCodecs<AccountCmd> account_commands() {
+// `where`: how Where is registered (idempotent for the failover tests).
+inline MessageCodecs<AccountCmd> account_commands(MessageOptions where = {}) {
   MessageCodecs<AccountCmd> c;
   auto str_enc = [](const std::string& v, ByteWriter& w) { w.str(v); };
   auto str_dec = [](ByteReader& r) -> Result<std::string> {
@@ -158,7 +165,7 @@ inline MessageCodecs<AccountCmd> account_commands() {
       i64_enc, i64_dec);
   (void)c.add<Where>(
       "Where", [](const Where&, ByteWriter&) {}, [](ByteReader& r) -> Result<Where> { return r.finish(Where{}); },
-      str_enc, str_dec);
+      str_enc, str_dec, where);
   (void)c.add<Mark>(
       "Mark", [](const Mark& m, ByteWriter& w) { w.i64(m.seq); },
       [](ByteReader& r) -> Result<Mark> {
