@@ -91,6 +91,17 @@ struct Ledger {
           } else if constexpr (std::is_same_v<T, StartSettle>) {
             if (s.settling) return Effect::reply(m.reply_to, std::string("settling"));
             return Effect::persist(SettleStarted{}).then_reply(m.reply_to, [] { return std::string("settling"); });
+          } else if constexpr (std::is_same_v<T, Credit>) {
+            // A repeat (re-sent after a failover) answers what the op left.
+            if (auto done = s.credits.find(m.op); done != s.credits.end()) return Effect::reply(m.reply_to, done->second);
+            std::int64_t amount = m.amount;
+            std::string op = m.op;
+            return Effect::persist(Credited{op, amount})
+                .then([this, &ctx, amount, op] {
+                  history->add(ctx.id() + " " + node + " " + std::to_string(incarnation) + " " +
+                               std::to_string(ctx.last_seq()) + " " + std::to_string(amount) + " " + op + "\n");
+                })
+                .then_reply(m.reply_to, [op](const State& st) { return st.credits.at(op); });
           } else {
             if (!s.settling) return Effect::none();
             return Effect::persist(SettleEnded{});
@@ -104,6 +115,9 @@ struct Ledger {
           using T = std::decay_t<decltype(ev)>;
           if constexpr (std::is_same_v<T, Deposited>) {
             s.balance += ev.amount;
+          } else if constexpr (std::is_same_v<T, Credited>) {
+            s.balance += ev.amount;
+            s.credits[ev.op] = s.balance;
           } else if constexpr (std::is_same_v<T, SettleStarted>) {
             s.settling = true;
           } else {
@@ -118,6 +132,18 @@ struct Ledger {
   }
 };
 
+// A continuation that answers `rt` with the region's answer, as it is.
+template <class R>
+auto forward_to(ReplyTo<R> rt) {
+  return [rt = std::move(rt)](Result<R> r) mutable {
+    if (r.ok()) {
+      rt.reply(std::move(r.value()));
+    } else {
+      rt.fail(std::move(r).error());
+    }
+  };
+}
+
 // The driver's requests, answered through this node's region.
 struct Ctl : Actor<CtlMsg> {
   Ctl(ShardRegion<Ledger> r, Cluster* c) : region(std::move(r)), cluster(c) {}
@@ -131,31 +157,19 @@ struct Ctl : Actor<CtlMsg> {
             region.ask<std::int64_t>(
                       req.entity, [a = req.amount](ReplyTo<std::int64_t> r) { return Deposit{a, std::move(r)}; },
                       std::chrono::seconds(20))
-                .then([rt = std::move(req.reply_to)](Result<std::int64_t> r) mutable {
-                  if (r.ok()) {
-                    rt.reply(r.value());
-                  } else {
-                    rt.fail(std::move(r).error());
-                  }
-                });
+                .then(forward_to(std::move(req.reply_to)));
           } else if constexpr (std::is_same_v<T, CtlWhere>) {
             region.ask<std::string>(req.entity, [](ReplyTo<std::string> r) { return Where{std::move(r)}; }, std::chrono::seconds(20))
-                .then([rt = std::move(req.reply_to)](Result<std::string> r) mutable {
-                  if (r.ok()) {
-                    rt.reply(r.value());
-                  } else {
-                    rt.fail(std::move(r).error());
-                  }
-                });
+                .then(forward_to(std::move(req.reply_to)));
           } else if constexpr (std::is_same_v<T, CtlSettle>) {
             region.ask<std::string>(req.entity, [](ReplyTo<std::string> r) { return StartSettle{std::move(r)}; }, std::chrono::seconds(20))
-                .then([rt = std::move(req.reply_to)](Result<std::string> r) mutable {
-                  if (r.ok()) {
-                    rt.reply(r.value());
-                  } else {
-                    rt.fail(std::move(r).error());
-                  }
-                });
+                .then(forward_to(std::move(req.reply_to)));
+          } else if constexpr (std::is_same_v<T, CtlCredit>) {
+            region.ask<std::int64_t>(
+                      req.entity,
+                      [op = req.op, a = req.amount](ReplyTo<std::int64_t> r) { return Credit{op, a, std::move(r)}; },
+                      std::chrono::seconds(20))
+                .then(forward_to(std::move(req.reply_to)));
           } else if constexpr (std::is_same_v<T, CtlRebalance>) {
             cluster->coordinator().rebalance_all(troupe::cluster::detail::shard_group(kLedgerType))
                 .then([rt = std::move(req.reply_to)](Result<std::vector<Move>> r) mutable {
@@ -165,11 +179,12 @@ struct Ctl : Actor<CtlMsg> {
                     rt.fail(std::move(r).error());
                   }
                 });
-          } else {
+          } else if constexpr (std::is_same_v<T, CtlStats>) {
             auto st = region.stats();
             req.reply_to.reply("hosted=" + std::to_string(st.shards_hosted) + " active=" + std::to_string(st.entities.active) +
                                " fenced=" + std::to_string(cluster->coordinator().is_fenced() ? 1 : 0) +
-                               " members=" + std::to_string(cluster->coordinator().members().size()));
+                               " members=" + std::to_string(cluster->coordinator().members().size()) +
+                               " resent=" + std::to_string(st.resent));
           }
         },
         m);

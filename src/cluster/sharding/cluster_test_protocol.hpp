@@ -4,6 +4,7 @@
 // requests the test driver sends each node's "ctl" actor.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <variant>
 
@@ -28,18 +29,30 @@ struct StartSettle {
   ReplyTo<std::string> reply_to;
 };
 struct Finish {};
-using LedgerCmd = std::variant<Deposit, Where, StartSettle, Finish>;
+// Adds `amount` once per `op`: a repeat of an op is answered with the
+// balance that op left, and stores nothing. Registered idempotent.
+struct Credit {
+  std::string op;
+  std::int64_t amount = 0;
+  ReplyTo<std::int64_t> reply_to;
+};
+using LedgerCmd = std::variant<Deposit, Where, StartSettle, Finish, Credit>;
 
 struct Deposited {
   std::int64_t amount = 0;
 };
 struct SettleStarted {};
 struct SettleEnded {};
-using LedgerEvent = std::variant<Deposited, SettleStarted, SettleEnded>;
+struct Credited {
+  std::string op;
+  std::int64_t amount = 0;
+};
+using LedgerEvent = std::variant<Deposited, SettleStarted, SettleEnded, Credited>;
 
 struct LedgerState {
   std::int64_t balance = 0;
   bool settling = false;
+  std::map<std::string, std::int64_t> credits;  // op -> the balance it left
 };
 
 namespace codec {
@@ -74,6 +87,14 @@ inline EventCodecs<LedgerEvent> ledger_events() {
   c.add<SettleEnded>(
       "SettleEnded", 1, [](const SettleEnded&, ByteWriter&) {},
       [](std::uint32_t, ByteReader& r) { return r.finish(SettleEnded{}); });
+  c.add<Credited>(
+      "Credited", 1, [](const Credited& e, ByteWriter& w) { w.str(e.op).i64(e.amount); },
+      [](std::uint32_t, ByteReader& r) -> Result<Credited> {
+        Credited e;
+        e.op = r.str();
+        e.amount = r.i64();
+        return r.finish(std::move(e));
+      });
   return c;
 }
 
@@ -93,6 +114,15 @@ inline MessageCodecs<LedgerCmd> ledger_commands() {
       "ledger.StartSettle", [](const StartSettle&, ByteWriter&) {}, codec::empty_back<StartSettle>, codec::str,
       codec::str_back);
   (void)c.add<Finish>("ledger.Finish", [](const Finish&, ByteWriter&) {}, codec::empty_back<Finish>);
+  (void)c.add<Credit>(
+      "ledger.Credit", [](const Credit& m, ByteWriter& w) { w.str(m.op).i64(m.amount); },
+      [](ByteReader& r) -> Result<Credit> {
+        Credit m;
+        m.op = r.str();
+        m.amount = r.i64();
+        return r.finish(std::move(m));
+      },
+      codec::i64, codec::i64_back, {.idempotent = true});
   return c;
 }
 
@@ -117,7 +147,13 @@ struct CtlRebalance {  // answers the number of moves
 struct CtlStats {
   ReplyTo<std::string> reply_to;
 };
-using CtlMsg = std::variant<CtlDeposit, CtlWhere, CtlSettle, CtlRebalance, CtlStats>;
+struct CtlCredit {  // a ledger Credit through the node's region
+  std::string entity;
+  std::string op;
+  std::int64_t amount = 0;
+  ReplyTo<std::int64_t> reply_to;
+};
+using CtlMsg = std::variant<CtlDeposit, CtlWhere, CtlSettle, CtlRebalance, CtlStats, CtlCredit>;
 
 inline MessageCodecs<CtlMsg> ctl_codecs() {
   MessageCodecs<CtlMsg> c;
@@ -148,6 +184,16 @@ inline MessageCodecs<CtlMsg> ctl_codecs() {
       codec::i64_back);
   (void)c.add<CtlStats>(
       "ctl.Stats", [](const CtlStats&, ByteWriter&) {}, codec::empty_back<CtlStats>, codec::str, codec::str_back);
+  (void)c.add<CtlCredit>(
+      "ctl.Credit", [](const CtlCredit& m, ByteWriter& w) { w.str(m.entity).str(m.op).i64(m.amount); },
+      [](ByteReader& r) -> Result<CtlCredit> {
+        CtlCredit m;
+        m.entity = r.str();
+        m.op = r.str();
+        m.amount = r.i64();
+        return r.finish(std::move(m));
+      },
+      codec::i64, codec::i64_back);
   return c;
 }
 
