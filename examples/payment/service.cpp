@@ -172,6 +172,12 @@ Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
   using troupe::ByteReader;
   using troupe::ByteWriter;
   troupe::cluster::MessageCodecs<Command> c;
+  // A repeat of these is answered with the stored outcome and stores
+  // nothing (payment.hpp: a retried Settle never settles twice), so a shard
+  // region may send them again to a new owner when theirs dies while they
+  // are out (SPEC C1). Cancel is not: a second cancel after a refund that
+  // failed to queue tries the refund again.
+  const troupe::cluster::MessageOptions kIdempotent{.idempotent = true};
   Result<void> added = c.add<Create>(
       "payment.Create", [](const Create& m, ByteWriter& w) { w.str(m.customer).str(m.order_id).i64(m.amount); },
       [](ByteReader& r) -> Result<Create> {
@@ -181,7 +187,7 @@ Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
         m.amount = r.i64();
         return r.finish(std::move(m));
       },
-      write_status, read_status);
+      write_status, read_status, kIdempotent);
   if (!added.ok()) return std::move(added).error();
   added = c.add<Settle>(
       "payment.Settle", [](const Settle& m, ByteWriter& w) { w.str(m.order_id).i64(m.amount).str(m.customer); },
@@ -192,7 +198,7 @@ Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
         m.customer = r.str();
         return r.finish(std::move(m));
       },
-      write_status, read_status);
+      write_status, read_status, kIdempotent);
   if (!added.ok()) return std::move(added).error();
   added = c.add<Cancel>(
       "payment.Cancel", [](const Cancel&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(Cancel{}); },
@@ -200,7 +206,7 @@ Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
   if (!added.ok()) return std::move(added).error();
   added = c.add<GetStatus>(
       "payment.GetStatus", [](const GetStatus&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(GetStatus{}); },
-      write_status, read_status);
+      write_status, read_status, kIdempotent);
   if (!added.ok()) return std::move(added).error();
   return c;
 }
