@@ -416,8 +416,7 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     Command& cmd = *f.cmd;
     auto core = self.lock();
     if (!core) {
-      fail_reply_target(cmd, r.ok() ? Error(ErrorCode::shutting_down, "the shard region is stopped")
-                                                    : r.error());
+      fail_reply_target(cmd, r.ok() ? Error(ErrorCode::shutting_down, "the shard region is stopped") : r.error());
       return;
     }
     if (lost) return core->resend(f, std::move(cmd), std::move(r).error());
