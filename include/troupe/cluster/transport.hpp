@@ -28,6 +28,13 @@
 //     short lock and wakes the io thread only if no write is pending. The io
 //     thread writes everything accumulated with one writev, so under load
 //     one syscall carries many frames; reads decode many frames per recv.
+//     One exception saves a round trip its two thread switches: when input
+//     has just arrived on a connection with nothing queued and no write in
+//     progress (a request to answer, an answer to follow up), the next
+//     send() writes its frame to the socket itself, without waiting (a
+//     non-blocking write; what the socket does not take goes to the io
+//     thread). Only one frame per arrival goes that way, so a stream of
+//     sends is still batched (stats(): direct_writes).
 //   - Back-pressure is explicit: a peer's outbound bytes (queued plus being
 //     written) never exceed max_outbound_bytes; past it send() answers
 //     buffer_overflow and queues nothing.
@@ -151,6 +158,7 @@ struct TransportStats {
   std::uint64_t frames_received = 0;   // DATA frames handed to the Handler
   std::uint64_t bytes_received = 0;    // bytes read
   std::uint64_t write_batches = 0;     // writes completed: one writev each unless the socket was full
+  std::uint64_t direct_writes = 0;     // of those, frames written whole by the sending thread itself
   std::uint64_t reads = 0;             // reads completed: one recv each
   std::uint64_t connections_opened = 0;    // outgoing TCP connections made
   std::uint64_t connections_accepted = 0;  // incoming TCP connections accepted
@@ -221,7 +229,8 @@ class Transport {
   // refuses its connections until set_peer() names it again.
   void remove_peer(std::string_view node_id);
 
-  // Queues one DATA frame for `to`. Never blocks. Errors: unreachable if `to`
+  // Queues one DATA frame for `to`, or writes it at once (see the top of
+  // this file). Never blocks. Errors: unreachable if `to`
   // was never given by set_peer (or was removed); invalid_argument if the
   // frame exceeds max_frame_bytes; buffer_overflow if it would take the
   // peer's outbound bytes past max_outbound_bytes (nothing is queued);

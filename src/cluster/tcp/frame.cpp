@@ -222,6 +222,8 @@ std::string FrameDecoder::error_message() const {
   return "unknown error";
 }
 
+std::size_t encoded_frame_size(const char* frame) noexcept { return frame_length_bytes + get_u32(frame); }
+
 bool count_data_frames(std::string_view frames, std::size_t max_frame_bytes, std::size_t& count,
                        std::string& why) {
   count = 0;

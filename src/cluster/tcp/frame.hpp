@@ -123,6 +123,10 @@ class FrameDecoder {
   std::uint8_t error_kind_ = 0;
 };
 
+// The whole size, length field included, of the encoded frame that starts
+// at `frame` (at least frame_length_bytes readable there).
+std::size_t encoded_frame_size(const char* frame) noexcept;
+
 // Walks `frames` (bytes that should be whole DATA frames, as
 // append_data_frame writes them) without copying. True with `count` set if
 // they are exactly that, each within `max_frame_bytes`; false with `why`

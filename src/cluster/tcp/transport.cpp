@@ -9,7 +9,10 @@
 //     Peer's mu.
 //   - Peer::mu guards what send() and the io thread share: the outbound
 //     buffer and its accounting, `ready`, `flush_owed`, `removed`, the
-//     address and the incarnation.
+//     address and the incarnation, and the direct-write state (`direct`,
+//     `direct_fd`, `partial_rest`). It is also held across a sender's own
+//     write to the socket (below), so the io thread never closes or writes
+//     to that socket meanwhile.
 //   - Everything else (connections, timers, Peer::conn, back-off state) is
 //     touched only on the io thread, or after it has been joined.
 //
@@ -19,8 +22,26 @@
 // with any PING/PONG/HELLO bytes, to one async_write; when that completes it
 // swaps again. Both strings keep their capacity, so a busy connection
 // allocates nothing and one writev carries everything queued meanwhile.
+//
+// Direct writes (a request answered on a quiet connection): posting a flush
+// costs a wake-up of the io thread and a context switch each way, which is
+// most of a round trip's latency on loopback. So when input has just
+// arrived on an established connection that has nothing queued and no write
+// in progress, the io thread sets Peer::direct, and the next send() writes
+// its frame to the socket itself (non-blocking, under Peer::mu) instead of
+// waking the io thread. Each arrival allows one such write: a thread that
+// streams frames writes the first one itself and queues the rest for the io
+// thread, so under load frames are still batched, one writev for many. A
+// write that the socket takes only in part leaves the rest at the head of
+// `pending` (`partial_rest` bytes) and wakes the io thread, which writes
+// that rest before anything else, control frames included; if the
+// connection closes first, the rest is dropped with it, since its start
+// went out on that connection.
 
 #include "../asio_headers.hpp"  // first: see there
+
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include <array>
 #include <atomic>
@@ -118,7 +139,7 @@ struct StringHash {
 
 struct Counters {
   std::atomic<std::uint64_t> frames_sent{0}, bytes_sent{0}, frames_received{0}, bytes_received{0};
-  std::atomic<std::uint64_t> write_batches{0}, reads{0};
+  std::atomic<std::uint64_t> write_batches{0}, direct_writes{0}, reads{0};
   std::atomic<std::uint64_t> connections_opened{0}, connections_accepted{0}, handshakes{0};
   std::atomic<std::uint64_t> connections_closed{0}, reconnects{0}, peer_restarts{0};
   std::atomic<std::uint64_t> keepalive_timeouts{0}, pings_sent{0};
@@ -151,6 +172,12 @@ struct Peer {
   bool ready = false;               // guarded by mu: an established connection drains `pending`
   bool flush_owed = false;          // guarded by mu: the io thread will look at `pending` again
   bool removed = false;             // guarded by mu
+  // Guarded by mu: the next send() may write to direct_fd itself (see the
+  // file comment). Implies ready, an empty `pending` and no write in
+  // progress.
+  bool direct = false;
+  int direct_fd = -1;               // guarded by mu: the established connection's socket, or -1
+  std::size_t partial_rest = 0;     // guarded by mu: bytes at the head of `pending` ending a frame begun directly
 
   // io thread only.
   std::shared_ptr<Connection> conn;  // being dialled, handshaking or established
@@ -233,6 +260,8 @@ class Transport::Impl {
 
   Result<void> enqueue(std::string_view to, std::size_t bytes, std::uint64_t frames,
                        const std::function<void(std::string&)>& append);
+  bool queued(Peer& p, std::uint64_t frames) noexcept;
+  bool write_direct(Peer& p, std::uint64_t frames) noexcept;
 
   // io thread
   void accept();
@@ -249,6 +278,7 @@ class Transport::Impl {
   bool on_hello(const ConnPtr& c, const Frame& f);
   void establish(const ConnPtr& c, std::uint64_t incarnation);
   void flush(const PeerPtr& p);
+  void allow_direct(const ConnPtr& c);
   void start_write(const ConnPtr& c);
   void on_written(const ConnPtr& c, const std::error_code& ec, std::size_t n);
   // By value: callers pass p->conn, which this resets.
@@ -355,6 +385,12 @@ void Transport::Impl::cleanup() {
   acceptor_.close(ignored);
   accept_retry_.cancel();
   for (const ConnPtr& c : live_) {
+    if (c->peer) {
+      // A sender may be writing to this socket itself; it holds mu while it does.
+      std::lock_guard pl(c->peer->mu);
+      c->peer->direct = false;
+      c->peer->direct_fd = -1;
+    }
     c->state = Connection::State::closed;
     c->timer.cancel();
     if (c->resolver) c->resolver->cancel();
@@ -475,6 +511,8 @@ void Transport::Impl::remove_peer(std::string_view node) {
     std::lock_guard pl(p->mu);
     p->removed = true;
     p->ready = false;
+    p->direct = false;
+    p->partial_rest = 0;
     dropped = p->pending_frames;
     p->pending_frames = 0;
     std::string().swap(p->pending);
@@ -511,9 +549,7 @@ Result<void> Transport::Impl::enqueue(std::string_view to, std::size_t bytes, st
     fits = bytes <= s_.max_outbound_bytes && held <= s_.max_outbound_bytes - bytes;
     if (fits) {
       append(p.pending);
-      p.pending_frames += frames;
-      post = p.ready && !p.flush_owed;
-      if (post) p.flush_owed = true;
+      post = queued(p, frames);
     }
   }
   if (!fits) {
@@ -526,6 +562,61 @@ Result<void> Transport::Impl::enqueue(std::string_view to, std::size_t bytes, st
   }
   if (post) asio::post(io_, [this, peer = it->second] { flush(peer); });
   return {};
+}
+
+// With p.mu held, after `frames` frames were appended to p.pending: writes
+// them at once if the connection allows a direct write, else leaves them for
+// the io thread. True when the io thread must be woken to flush.
+bool Transport::Impl::queued(Peer& p, std::uint64_t frames) noexcept {
+  p.pending_frames += frames;
+  if (p.direct) return write_direct(p, frames);
+  const bool post = p.ready && !p.flush_owed;
+  if (post) p.flush_owed = true;
+  return post;
+}
+
+// With p.mu held and p.direct set: p.pending holds exactly the `frames` just
+// appended (direct implies it was empty). Writes what the socket takes now,
+// without blocking; whatever it does not take (a full socket buffer, or an
+// error the io thread's write will meet and close the connection for) stays
+// at the head of `pending` for the io thread. True when it must be woken.
+bool Transport::Impl::write_direct(Peer& p, std::uint64_t frames) noexcept {
+  // One direct write per arrival: the next send() queues, so a stream of
+  // sends is batched by the io thread.
+  p.direct = false;
+  const ssize_t n = ::send(p.direct_fd, p.pending.data(), p.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(p.pending.size())) {
+    bump(c_.write_batches);
+    bump(c_.direct_writes);
+    bump(c_.bytes_sent, p.pending.size());
+    bump(c_.frames_sent, frames);
+    p.pending.clear();
+    p.pending_frames = 0;
+    return false;
+  }
+  if (n > 0) {
+    // Frames the socket took whole are sent; the rest of the one it cut
+    // must be the next bytes on this connection.
+    const auto written = static_cast<std::size_t>(n);
+    std::size_t whole_end = 0;
+    std::uint64_t whole = 0;
+    for (;;) {
+      const std::size_t end = whole_end + tcp::encoded_frame_size(p.pending.data() + whole_end);
+      if (end > written) {
+        p.partial_rest = end - written;
+        break;
+      }
+      whole_end = end;
+      ++whole;
+      if (whole_end == written) break;
+    }
+    bump(c_.bytes_sent, written);
+    bump(c_.frames_sent, whole);
+    p.pending_frames -= whole;
+    p.pending.erase(0, written);
+  }
+  p.flush_owed = true;
+  return true;
 }
 
 Result<void> Transport::Impl::send(std::string_view to, std::uint32_t type, std::string_view payload) {
@@ -553,9 +644,7 @@ Result<void> Transport::Impl::send(std::string_view to, std::uint32_t type, std:
         fits = bytes <= s_.max_outbound_bytes && held <= s_.max_outbound_bytes - bytes;
         if (fits) {
           append_data_frame(p.pending, type, payload);
-          ++p.pending_frames;
-          post = p.ready && !p.flush_owed;
-          if (post) p.flush_owed = true;
+          post = queued(p, 1);
         }
       }
       if (fits) {
@@ -612,6 +701,7 @@ TransportStats Transport::Impl::stats() const {
   s.frames_received = v(c_.frames_received);
   s.bytes_received = v(c_.bytes_received);
   s.write_batches = v(c_.write_batches);
+  s.direct_writes = v(c_.direct_writes);
   s.reads = v(c_.reads);
   s.connections_opened = v(c_.connections_opened);
   s.connections_accepted = v(c_.connections_accepted);
@@ -797,7 +887,19 @@ void Transport::Impl::on_read(const ConnPtr& c, const std::error_code& ec, std::
   bump(c_.bytes_received, n);
   c->decoder.commit(n);
   c->got_input = true;
+  // Before the handler runs: what it delivers may be answered at once, from
+  // this thread or another.
+  allow_direct(c);
   if (deliver(c)) start_read(c);
+}
+
+// Input arrived: if nothing of ours is on its way out, the next send() may
+// write to the socket itself (see the file comment).
+void Transport::Impl::allow_direct(const ConnPtr& c) {
+  if (c->state != Connection::State::established || c->writing || !c->control.empty()) return;
+  Peer& p = *c->peer;
+  std::lock_guard pl(p.mu);
+  if (p.pending.empty() && p.direct_fd >= 0) p.direct = true;
 }
 
 // Decodes and handles every complete frame read so far. False when the
@@ -908,6 +1010,7 @@ void Transport::Impl::establish(const ConnPtr& c, std::uint64_t incarnation) {
     before = p.incarnation;
     p.incarnation = incarnation;
     p.ready = true;
+    p.direct_fd = c->socket.native_handle();
   }
   if (before != 0 && before != incarnation) {
     bump(c_.peer_restarts);
@@ -936,21 +1039,27 @@ void Transport::Impl::flush(const PeerPtr& p) {
 
 void Transport::Impl::start_write(const ConnPtr& c) {
   if (c->writing || c->state == Connection::State::closed || c->state == Connection::State::connecting) return;
-  c->control_writing.clear();
-  c->control_writing.swap(c->control);
   c->data_writing.clear();
   c->data_writing_frames = 0;
+  bool control_waits = false;
   if (c->state == Connection::State::established) {
     Peer& p = *c->peer;
     std::lock_guard pl(p.mu);
+    // From here until a read allows it again, only this thread writes.
+    p.direct = false;
+    // The rest of a frame a sender began writing itself must be the next
+    // bytes on the wire: control frames wait for the write after this one.
+    control_waits = std::exchange(p.partial_rest, 0) > 0;
     if (!p.pending.empty()) {
       c->data_writing.swap(p.pending);
       c->data_writing_frames = p.pending_frames;
       p.pending_frames = 0;
     }
     p.in_flight = c->data_writing.size();
-    p.flush_owed = !c->data_writing.empty() || !c->control_writing.empty();
+    p.flush_owed = !c->data_writing.empty() || !c->control.empty();
   }
+  c->control_writing.clear();
+  if (!control_waits) c->control_writing.swap(c->control);
   if (c->control_writing.empty() && c->data_writing.empty()) return;
   c->writing = true;
   const std::array<asio::const_buffer, 2> buffers{asio::buffer(c->control_writing), asio::buffer(c->data_writing)};
@@ -982,11 +1091,25 @@ void Transport::Impl::close(ConnPtr c, std::string_view reason, std::optional<Ba
   ++c->timer_gen;
   c->timer.cancel();
   if (c->resolver) c->resolver->cancel();
+  PeerPtr p = c->peer;
+  if (p && p->conn == c) {
+    // Before the socket closes (its descriptor may be reused at once): no
+    // sender writes to it from now on, and one that is writing holds mu.
+    std::lock_guard pl(p->mu);
+    p->direct = false;
+    p->direct_fd = -1;
+    if (p->partial_rest > 0) {
+      // Its start went out on this connection; alone it would garble the next.
+      p->pending.erase(0, p->partial_rest);
+      p->partial_rest = 0;
+      --p->pending_frames;
+      bump(c_.frames_dropped);
+    }
+  }
   std::error_code ignored;
   c->socket.close(ignored);
   live_.erase(c);
 
-  PeerPtr p = c->peer;
   if (was == Connection::State::connecting) {
     if (!p->failure_logged) {
       log("cannot connect to " + p->id + " at " + c->remote + ": " + std::string(reason) +
