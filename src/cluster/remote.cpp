@@ -35,12 +35,46 @@ struct LostRequests {
 
 bool completing_lost_requests() noexcept { return t_completing_lost; }
 
-class RemotingCore : public std::enable_shared_from_this<RemotingCore> {
+// A continuation on its way from the io thread to a worker. It runs exactly
+// once: when the runner handles it or, if the actor system refuses or drops
+// it (shutting down), wherever it is destroyed.
+class Continuation {
  public:
-  explicit RemotingCore(ActorSystem& s, Duration forget_after) : system(s), forget_after_(forget_after) {}
+  explicit Continuation(troupe::detail::UniqueFunction<void()> f) : f_(std::move(f)) {}
+  Continuation(Continuation&&) noexcept = default;
+  Continuation& operator=(Continuation&&) = delete;
+  ~Continuation() { run(); }
+  void run() {
+    if (auto f = std::move(f_)) f();
+  }
+
+ private:
+  troupe::detail::UniqueFunction<void()> f_;
+};
+
+// Runs, one after another in the order they arrived, the continuations of
+// futures that the io thread completed (see ContinuationsElsewhere).
+struct ContinuationRunner final : Actor<Continuation> {
+  void receive(Continuation& c) { c.run(); }
+};
+
+// Ownership: owned by Remoting and shared by RemoteRefs and reply sinks.
+// Thread safety: every member may be called from any thread.
+class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
+                     public troupe::detail::ContinuationExecutor {
+ public:
+  explicit RemotingCore(ActorSystem& s, Duration forget_after)
+      : system(s),
+        runner_(s.spawn<ContinuationRunner>(SpawnOptions{.name = "troupe.remoting.continuations"})),
+        forget_after_(forget_after) {}
 
   ActorSystem& system;
   std::unique_ptr<Transport> transport;
+
+  // Continuations of futures completed on the io thread: to the runner.
+  void execute(troupe::detail::UniqueFunction<void()> task) noexcept override {
+    (void)runner_.tell(Continuation(std::move(task)));
+  }
 
   Result<void> add_inbox(std::string name, std::shared_ptr<Inbox> inbox) {
     if (name.empty()) return Error(ErrorCode::invalid_argument, "inbox name is empty");
@@ -265,6 +299,7 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore> {
     complete(req, Result<std::string_view>(Error(code, std::move(message))));
   }
 
+  ActorRef<Continuation> runner_;
   std::shared_mutex inbox_mu_;
   std::unordered_map<std::string, std::shared_ptr<Inbox>> inboxes_;
   std::mutex pending_mu_;
@@ -306,13 +341,16 @@ Result<std::unique_ptr<Remoting>> Remoting::start(ActorSystem& system, Settings 
       [raw = core.get()](std::string_view from, std::uint32_t type, std::string_view payload) {
         // The transport is stopped (no handler runs any more) before the
         // core is destroyed, so the raw pointer is safe here.
+        troupe::detail::ContinuationsElsewhere not_here(raw);
         raw->on_frame(from, type, payload);
       },
       [weak](std::string_view node, bool connected) {
         if (connected) return;
-        if (auto c = weak.lock())
+        if (auto c = weak.lock()) {
+          troupe::detail::ContinuationsElsewhere not_here(c.get());
           c->fail_node(node, Error(ErrorCode::unreachable, "connection to node '" + std::string(node) +
                                                                 "' lost; the request may or may not have been handled"));
+        }
       });
   if (!t.ok()) return std::move(t).error();
   core->transport = std::move(t.value());

@@ -20,6 +20,17 @@
 // answered with dead_letter; a request the mailbox refuses (stopped, full)
 // is answered with no_reply at once, never left to time out.
 //
+// Threads: frames arrive on the transport's io thread, which serves every
+// connection of the node, so the only user code it runs is the message
+// codecs (decoding a request or a reply). A request goes to its actor's
+// mailbox. An answer completes the asker's future there: a blocked get() is
+// woken, and a continuation attached with then() is handed to an actor
+// (troupe.remoting.continuations) that runs such continuations on a worker,
+// one after another in the order their answers arrived. A continuation that
+// blocks therefore holds up the others, never the connections. A request
+// or an answer sent on a connection on which something has just arrived is
+// written by the sending thread itself (Transport::send).
+//
 // The frames are described in doc/wire.md ("Remote actors").
 
 #include <cstdint>

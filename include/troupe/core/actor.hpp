@@ -259,6 +259,37 @@ class UniqueFunction<Ret(A...)> {
   std::unique_ptr<Base> impl_;
 };
 
+// Where a thread that must not run continuations sends them. A transport's
+// io thread completes the futures of remote asks, but it serves every
+// connection: a continuation that blocked or ran long there would stall
+// them all. While a ContinuationsElsewhere is alive on a thread, a future
+// completed on that thread hands its continuation to the executor instead
+// of running it (a blocked get() is only woken: no user code runs).
+class ContinuationExecutor {
+ public:
+  // Runs `task` once, on a thread of the executor's choosing; never on the
+  // calling thread unless the executor has no other left (shutdown). Must
+  // not throw.
+  virtual void execute(UniqueFunction<void()> task) noexcept = 0;
+  virtual ~ContinuationExecutor() = default;
+};
+
+inline thread_local ContinuationExecutor* t_continuation_executor = nullptr;
+
+// For its lifetime, continuations completed on this thread go to `ex`.
+// Nests; thread-local, so it must end on the thread it began on.
+class ContinuationsElsewhere {
+ public:
+  explicit ContinuationsElsewhere(ContinuationExecutor* ex) noexcept
+      : previous_(std::exchange(t_continuation_executor, ex)) {}
+  ~ContinuationsElsewhere() { t_continuation_executor = previous_; }
+  ContinuationsElsewhere(const ContinuationsElsewhere&) = delete;
+  ContinuationsElsewhere& operator=(const ContinuationsElsewhere&) = delete;
+
+ private:
+  ContinuationExecutor* previous_;
+};
+
 template <class R>
 class FutureAsk final : public AskBase<R>, public Pooled {
  public:
@@ -278,8 +309,9 @@ class FutureAsk final : public AskBase<R>, public Pooled {
   }
   bool ready() const noexcept { return (state_.load(std::memory_order_acquire) & kReady) != 0; }
   // Runs k with the result exactly once: here and now if it is already
-  // there, else on the thread that completes it. Whichever of the two comes
-  // second (seen through one atomic word) runs it; no lock is taken.
+  // there, else on the thread that completes it (or where that thread's
+  // ContinuationExecutor says). Whichever of the two comes second (seen
+  // through one atomic word) runs it; no lock is taken.
   void on_complete(UniqueFunction<void(Result<R>)> k) {
     k_ = std::move(k);
     if (state_.fetch_or(kHasContinuation, std::memory_order_acq_rel) & kReady) run();
@@ -296,7 +328,17 @@ class FutureAsk final : public AskBase<R>, public Pooled {
       { std::lock_guard lk(mu_); }
       cv_.notify_all();
     }
-    if (before & kHasContinuation) run();
+    if (before & kHasContinuation) {
+      if (ContinuationExecutor* ex = t_continuation_executor) {
+        this->retain();
+        ex->execute([this] {
+          run();
+          this->release();
+        });
+      } else {
+        run();
+      }
+    }
   }
   void run() noexcept {
     try {
@@ -337,10 +379,12 @@ class Future {
   bool wait_for(Duration d) { return st_->wait_for(d); }
   bool ready() { return st_->ready(); }
   // Runs k(Result<R>) once with the outcome: at once on this thread if it is
-  // already there, else on the thread that completes it. Keep k short and
-  // non-blocking (it may run on a runtime thread); to continue inside an
-  // actor, have k tell that actor a message. An exception thrown by k is
-  // dropped. Consumes the future.
+  // already there, else on the thread that completes it, except a
+  // transport's io thread: a remote ask's answer arrives there, and k then
+  // runs on a worker of the actor system instead (ContinuationsElsewhere).
+  // Keep k short and non-blocking (it may run on a runtime thread); to
+  // continue inside an actor, have k tell that actor a message. An
+  // exception thrown by k is dropped. Consumes the future.
   template <class K>
     requires std::is_invocable_v<K&, Result<R>>
   void then(K&& k) && {
