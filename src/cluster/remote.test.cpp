@@ -150,56 +150,65 @@ TEST_F(Remote, AnAskIsAnsweredWithTheRemoteActorsReply) {
 // The answer arrives on the transport's io thread, which serves every
 // connection of the node: a continuation that blocks must not hold it.
 TEST_F(Remote, AContinuationOnARemoteAskRunsOffTheIoThreadSoBlockingItStallsNoOtherAnswer) {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool entered = false;
-  bool release = false;
-  std::uint64_t seen = 0;
-  ask(7).then([&](Result<std::uint64_t> r) {
-    std::unique_lock lk(mu);
-    seen = r.ok() ? r.value() : 0;
-    entered = true;
-    cv.notify_all();
-    cv.wait(lk, [&] { return release; });
+  // Shared with the continuation, which outlives this scope if a check fails.
+  struct Latch {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false;
+    bool release = false;
+    bool left = false;
+    std::uint64_t seen = 0;
+  };
+  auto l = std::make_shared<Latch>();
+  ask(7).then([l](Result<std::uint64_t> r) {
+    std::unique_lock lk(l->mu);
+    l->seen = r.ok() ? r.value() : 0;
+    l->entered = true;
+    l->cv.notify_all();
+    l->cv.wait(lk, [&] { return l->release; });
+    l->left = true;
+    l->cv.notify_all();
   });
   {
-    std::unique_lock lk(mu);
-    ASSERT_TRUE(cv.wait_for(lk, 30s, [&] { return entered; }));
-    EXPECT_EQ(seen, 7u);
+    std::unique_lock lk(l->mu);
+    ASSERT_TRUE(l->cv.wait_for(lk, 30s, [&] { return l->entered; }));
+    EXPECT_EQ(l->seen, 7u);
   }
   // The continuation above is still blocked; later answers still come in.
   for (std::uint64_t i = 0; i < 10; ++i) {
     auto r = ask(100 + i).get();
     EXPECT_TRUE(r.ok()) << r.error().to_string();
   }
-  {
-    std::lock_guard lk(mu);
-    release = true;
-  }
-  cv.notify_all();
+  std::unique_lock lk(l->mu);
+  l->release = true;
+  l->cv.notify_all();
+  EXPECT_TRUE(l->cv.wait_for(lk, 30s, [&] { return l->left; }));
 }
 
 // Continuations of answers from one node run one after another, in the
 // order the answers arrived.
 TEST_F(Remote, ContinuationsOfAnswersRunInTheOrderTheAnswersArrived) {
   constexpr std::uint64_t kAsks = 500;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::uint64_t> order;
+  struct Seen {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::uint64_t> order;
+  };
+  auto seen = std::make_shared<Seen>();
   // Held on b until every continuation is attached, then answered in order
   // by one actor over the one connection.
   for (std::uint64_t i = 0; i < kAsks; ++i) {
-    ask(gated_, i).then([&](Result<std::uint64_t> r) {
-      std::lock_guard lk(mu);
-      order.push_back(r.ok() ? r.value() : ~std::uint64_t{0});
-      cv.notify_all();
+    ask(gated_, i).then([seen](Result<std::uint64_t> r) {
+      std::lock_guard lk(seen->mu);
+      seen->order.push_back(r.ok() ? r.value() : ~std::uint64_t{0});
+      seen->cv.notify_all();
     });
   }
   ASSERT_TRUE(eventually([&] { return held_.load() == kAsks; }));
   (void)gate_.tell(Open{});
-  std::unique_lock lk(mu);
-  ASSERT_TRUE(cv.wait_for(lk, 30s, [&] { return order.size() == kAsks; }));
-  for (std::uint64_t i = 0; i < kAsks; ++i) EXPECT_EQ(order[i], i);
+  std::unique_lock lk(seen->mu);
+  ASSERT_TRUE(seen->cv.wait_for(lk, 30s, [&] { return seen->order.size() == kAsks; }));
+  for (std::uint64_t i = 0; i < kAsks; ++i) EXPECT_EQ(seen->order[i], i);
 }
 
 }  // namespace
