@@ -95,6 +95,9 @@ class MeteredJournal final : public Journal {
     inner_->load_snapshot(std::move(id), std::move(done));
   }
   void recover(std::string id, Callback<Recovery> done) override { inner_->recover(std::move(id), std::move(done)); }
+  void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override {
+    inner_->raise_fence(std::move(key), value, std::move(done));
+  }
   std::string_view name() const noexcept override { return inner_->name(); }
 
   // Group commits of the back end, when it reports them: {transactions, events}.

@@ -346,6 +346,7 @@ class UnreadableJournal final : public troupe::Journal {
   void load_snapshot(std::string, Callback<std::optional<troupe::SnapshotRecord>> done) override {
     done(troupe::Error(ErrorCode::journal_failed, "I/O error"));
   }
+  void raise_fence(std::string, std::uint64_t, Callback<void> done) override { done({}); }
   std::string_view name() const noexcept override { return "unreadable"; }
 };
 

@@ -1,6 +1,8 @@
 #include "troupe/persist/journal.hpp"
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
 namespace troupe {
 
@@ -12,6 +14,9 @@ Result<void> validate_batch(const AppendBatch& batch) {
   if (batch.events.front().seq == 0)
     return Error(ErrorCode::invalid_argument,
                  "append to '" + batch.persistence_id + "': sequence numbers start at 1");
+  if (batch.fence.value != 0 || !batch.fence.key.empty())
+    if (auto f = validate_fence(batch.fence.key, batch.fence.value); !f)
+      return Error(ErrorCode::invalid_argument, "append to '" + batch.persistence_id + "': " + f.error().message());
   for (std::size_t i = 1; i < batch.events.size(); ++i) {
     if (batch.events[i].seq != batch.events[i - 1].seq + 1)
       return Error(ErrorCode::invalid_argument,
@@ -20,6 +25,28 @@ Result<void> validate_batch(const AppendBatch& batch) {
                        std::to_string(batch.events[i].seq) + " are not consecutive");
   }
   return {};
+}
+
+Result<void> validate_fence(const std::string& key, std::uint64_t value) {
+  if (key.empty()) return Error(ErrorCode::invalid_argument, "fence with an empty key");
+  if (value == 0) return Error(ErrorCode::invalid_argument, "fence '" + key + "' raised to 0; fences start at 1");
+  if (value > static_cast<std::uint64_t>(INT64_MAX))
+    return Error(ErrorCode::invalid_argument, "fence '" + key + "' value " + std::to_string(value) +
+                                                  " exceeds the largest storable, " + std::to_string(INT64_MAX));
+  return {};
+}
+
+Error fence_refused(const AppendBatch& batch, std::uint64_t stored) {
+  return Error(ErrorCode::journal_conflict,
+               "append to '" + batch.persistence_id + "' refused: fence '" + batch.fence.key + "' is at " +
+                   std::to_string(stored) + ", this writer holds it at " + std::to_string(batch.fence.value) +
+                   " (a newer owner has taken over)");
+}
+
+Error fence_lowered(const std::string& key, std::uint64_t value, std::uint64_t stored) {
+  return Error(ErrorCode::journal_conflict, "fence '" + key + "' is at " + std::to_string(stored) +
+                                                ", cannot take it at " + std::to_string(value) +
+                                                " (a newer owner has taken over)");
 }
 
 void Journal::recover(std::string persistence_id, Callback<Recovery> done) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "journal_test_support.hpp"
+#include "troupe/persist/fenced_journal.hpp"
 #include "troupe/persist/journal.hpp"
 #include "troupe/persist/memory_journal.hpp"
 #include "troupe/persist/postgres_journal.hpp"
@@ -179,6 +180,130 @@ class JournalContract : public ::testing::TestWithParam<BackEnd> {
 
   std::unique_ptr<JournalUnderTest> under_test_;
 };
+
+// --- fences (E9) -----------------------------------------------------------------
+
+AppendBatch fenced(const std::string& id, std::uint64_t first, std::uint64_t last, const std::string& key,
+                   std::uint64_t value) {
+  AppendBatch b = batch(id, first, last);
+  b.fence = {key, value};
+  return b;
+}
+
+TEST_P(JournalContract, an_append_fenced_below_the_stored_fence_is_refused_naming_both_and_stores_nothing) {
+  // proves: E9
+  ASSERT_TRUE(js::raise_fence(j(), "shard/1", 3).ok());
+  auto stale = js::append(j(), fenced("a", 1, 2, "shard/1", 2));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code(), ErrorCode::journal_conflict) << stale.error().to_string();
+  EXPECT_NE(stale.error().message().find("fence 'shard/1' is at 3, this writer holds it at 2"), std::string::npos)
+      << stale.error().message();
+  EXPECT_TRUE(js::replay(j(), "a")->empty());
+  EXPECT_EQ(*js::highest_seq(j(), "a"), 0u);
+  // The owner at the stored fence, or above it, appends.
+  EXPECT_TRUE(js::append(j(), fenced("a", 1, 1, "shard/1", 3)).ok());
+  EXPECT_TRUE(js::append(j(), fenced("a", 2, 2, "shard/1", 4)).ok());
+  // Other keys and unfenced appends are not concerned.
+  EXPECT_TRUE(js::append(j(), fenced("b", 1, 1, "shard/2", 1)).ok());
+  EXPECT_TRUE(js::append(j(), batch("c", 1, 1)).ok());
+  EXPECT_EQ(seqs(*js::replay(j(), "a")), range(1, 2));
+}
+
+TEST_P(JournalContract, a_fence_never_goes_down_and_bad_fences_are_invalid_arguments) {
+  // proves: E9
+  ASSERT_TRUE(js::raise_fence(j(), "k", 5).ok());
+  EXPECT_TRUE(js::raise_fence(j(), "k", 5).ok());  // the same value again
+  auto lower = js::raise_fence(j(), "k", 4);
+  ASSERT_FALSE(lower.ok());
+  EXPECT_EQ(lower.error().code(), ErrorCode::journal_conflict);
+  EXPECT_NE(lower.error().message().find("fence 'k' is at 5, cannot take it at 4"), std::string::npos)
+      << lower.error().message();
+  // The refused raise changed nothing: 5 still appends, 4 still does not.
+  EXPECT_TRUE(js::append(j(), fenced("a", 1, 1, "k", 5)).ok());
+  EXPECT_FALSE(js::append(j(), fenced("a", 2, 2, "k", 4)).ok());
+  for (auto r : {js::raise_fence(j(), "", 1), js::raise_fence(j(), "k", 0),
+                 js::raise_fence(j(), "k", std::uint64_t{1} << 63),
+                 js::append(j(), fenced("a", 2, 2, "", 7))}) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code(), ErrorCode::invalid_argument) << r.error().to_string();
+  }
+}
+
+TEST_P(JournalContract, a_refused_fenced_append_fails_only_its_own_batch_among_appends_in_flight) {
+  // proves: E9
+  ASSERT_TRUE(js::raise_fence(j(), "s", 2).ok());
+  std::vector<AppendBatch> batches = {fenced("a", 1, 1, "s", 2), fenced("b", 1, 2, "s", 1),  // stale
+                                      batch("c", 1, 1), fenced("a", 2, 2, "s", 2), fenced("d", 1, 1, "t", 1)};
+  Results<void> results(batches.size());
+  for (std::size_t i = 0; i < batches.size(); ++i) j().append(batches[i], results.callback(i));
+  ASSERT_TRUE(results.wait_all());
+  for (std::size_t i : {0u, 2u, 3u, 4u}) EXPECT_TRUE(results[i].ok()) << i << ": " << results[i].error().to_string();
+  ASSERT_FALSE(results[1].ok());
+  EXPECT_EQ(results[1].error().code(), ErrorCode::journal_conflict);
+  EXPECT_EQ(seqs(*js::replay(j(), "a")), range(1, 2));
+  EXPECT_TRUE(js::replay(j(), "b")->empty());
+}
+
+TEST_P(JournalContract, every_append_stored_under_an_old_fence_is_visible_once_the_raise_is_acknowledged) {
+  // proves: E9 (the raise and the appends in flight under the old fence are
+  // ordered: each such append is either refused or visible to a read made
+  // after the raise returned)
+  constexpr int kIds = 200;
+  for (int round = 0; round < 12; ++round) {
+    const std::string key = "race/" + std::to_string(round);
+    ASSERT_TRUE(js::raise_fence(j(), key, 1).ok());
+    Results<void> appends(kIds);
+    std::atomic<bool> go{false};
+    std::thread writer([&] {
+      while (!go.load()) std::this_thread::yield();
+      for (int i = 0; i < kIds; ++i)
+        j().append(fenced(key + "/" + std::to_string(i), 1, 1, key, 1), appends.callback(static_cast<std::size_t>(i)));
+    });
+    go = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(100 * round));
+    ASSERT_TRUE(js::raise_fence(j(), key, 2).ok());
+    std::vector<bool> visible(kIds);
+    for (int i = 0; i < kIds; ++i) visible[i] = *js::highest_seq(j(), key + "/" + std::to_string(i)) == 1;
+    writer.join();
+    ASSERT_TRUE(appends.wait_all());
+    for (int i = 0; i < kIds; ++i) {
+      const auto& r = appends[static_cast<std::size_t>(i)];
+      if (r.ok()) {
+        EXPECT_TRUE(visible[i]) << "round " << round << ": append " << i
+                                << " was stored under the old fence after the raise returned";
+      } else {
+        EXPECT_EQ(r.error().code(), ErrorCode::journal_conflict) << r.error().to_string();
+      }
+    }
+  }
+}
+
+TEST_P(JournalContract, a_fenced_view_waits_for_its_raise_then_stamps_appends_and_a_stale_view_fails_everything) {
+  // proves: E9
+  auto inner = std::shared_ptr<Journal>(&j(), [](Journal*) {});
+  auto owner = troupe::FencedJournal::open(inner, {"shard/9", 7});
+  ASSERT_TRUE(js::append(*owner, batch("a", 1, 2)).ok());
+  ASSERT_TRUE(owner->raised().has_value());
+  EXPECT_TRUE(owner->raised()->ok());
+  // An unfenced writer of the same ids is not stopped; a writer fenced
+  // below 7 is.
+  EXPECT_FALSE(js::append(j(), fenced("a", 3, 3, "shard/9", 6)).ok());
+  auto stale = troupe::FencedJournal::open(inner, {"shard/9", 6});
+  auto rec = js::recover(*stale, "a");
+  ASSERT_FALSE(rec.ok());
+  EXPECT_EQ(rec.error().code(), ErrorCode::journal_conflict) << rec.error().to_string();
+  auto app = js::append(*stale, batch("a", 3, 3));
+  ASSERT_FALSE(app.ok());
+  EXPECT_EQ(app.error().code(), ErrorCode::journal_conflict);
+  // A newer owner takes over: the old view's appends are refused from now on.
+  auto newer = troupe::FencedJournal::open(inner, {"shard/9", 8});
+  ASSERT_TRUE(js::recover(*newer, "a").ok());
+  auto old = js::append(*owner, batch("a", 3, 3));
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.error().code(), ErrorCode::journal_conflict);
+  EXPECT_TRUE(js::append(*newer, batch("a", 3, 3)).ok());
+  EXPECT_EQ(seqs(*js::replay(j(), "a")), range(1, 3));
+}
 
 // --- appends ----------------------------------------------------------------------
 

@@ -18,6 +18,9 @@ Result<void> MemoryJournal::apply_append(AppendBatch& batch) {
     --fail_next_;
     return fail_with_;
   }
+  if (batch.fence.value != 0)
+    if (auto f = fences_.find(batch.fence.key); f != fences_.end() && f->second > batch.fence.value)
+      return fence_refused(batch, f->second);
   auto it = logs_.find(batch.persistence_id);
   if (it == logs_.end()) it = logs_.emplace(batch.persistence_id, Log{}).first;
   Log& log = it->second;
@@ -137,6 +140,19 @@ void MemoryJournal::save_snapshot(std::string persistence_id, SnapshotRecord sna
     if (!log.snapshot || log.snapshot->seq <= snapshot.seq) log.snapshot = std::move(snapshot);
   }
   done(Result<void>{});
+}
+
+void MemoryJournal::raise_fence(std::string key, std::uint64_t value, Callback<void> done) {
+  Result<void> r = validate_fence(key, value);
+  if (r) {
+    std::lock_guard lk(mu_);
+    std::uint64_t& stored = fences_[key];
+    if (stored > value)
+      r = fence_lowered(key, value, stored);
+    else
+      stored = value;
+  }
+  done(std::move(r));
 }
 
 void MemoryJournal::load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) {

@@ -20,7 +20,19 @@
 //    invalid_argument (a batch that is not consecutive);
 //  - once `done` reports success the events survive a crash of the process
 //    (for back ends configured as durable);
-//  - appends for one persistence id complete in the order they were made.
+//  - appends for one persistence id complete in the order they were made;
+//  - fences (SPEC E9): an append may carry the writer's fence, a key (what
+//    the writer owns: a shard such as "payment/17", or a journal owner) and
+//    a value (the epoch at which it owns it). raise_fence(key, v) stores v
+//    as that key's fence (a fence never goes down). A fenced append whose
+//    value is lower than the key's stored fence is refused with
+//    journal_conflict naming both values, and stores nothing of its batch.
+//    The check is atomic with the insert: once raise_fence(key, v) has
+//    reported success, no append fenced below v is stored afterwards, and
+//    every append that was stored before it is visible to a recovery that
+//    starts after it. This is what makes a stale owner that wakes up after
+//    a takeover unable to write (a paused process, a partition), whatever
+//    the timing. An append without a fence (value 0) is not checked.
 //
 // All operations are asynchronous: `done` runs exactly once, on a journal
 // thread or, for back ends that finish at once, on the caller's thread
@@ -63,10 +75,19 @@ struct SnapshotRecord {
   friend bool operator==(const SnapshotRecord&, const SnapshotRecord&) = default;
 };
 
+// The writer's claim on what it appends: see "fences" above.
+struct Fence {
+  std::string key;          // what the writer owns ("payment/17", "owner|node-1")
+  std::uint64_t value = 0;  // the epoch it owns it at; 0: no fence
+
+  friend bool operator==(const Fence&, const Fence&) = default;
+};
+
 // Events to append, atomically, to one persistence id.
 struct AppendBatch {
   std::string persistence_id;
   std::vector<EventRecord> events;  // non-empty; seqs consecutive from highest + 1
+  Fence fence{};                    // checked when fence.value > 0
 };
 
 // What an entity needs to recover: the latest snapshot (if any), the events
@@ -114,6 +135,12 @@ class Journal {
   // it in one round trip.
   virtual void recover(std::string persistence_id, Callback<Recovery> done);
 
+  // Raises the stored fence of `key` to `value` (see "fences" above).
+  // journal_conflict, changing nothing, when the stored fence is higher;
+  // invalid_argument for an empty key or a value of 0. Raising to the value
+  // already stored succeeds.
+  virtual void raise_fence(std::string key, std::uint64_t value, Callback<void> done) = 0;
+
   // A short name for logs and metrics ("memory", "sqlite").
   virtual std::string_view name() const noexcept = 0;
 };
@@ -151,6 +178,9 @@ inline Result<std::optional<SnapshotRecord>> load_snapshot(Journal& j, std::stri
   return wait_for<std::optional<SnapshotRecord>>(
       [&](auto cb) { j.load_snapshot(std::move(id), std::move(cb)); });
 }
+inline Result<void> raise_fence(Journal& j, std::string key, std::uint64_t value) {
+  return wait_for<void>([&](auto cb) { j.raise_fence(std::move(key), value, std::move(cb)); });
+}
 inline Result<Recovery> recover(Journal& j, std::string id) {
   return wait_for<Recovery>([&](auto cb) { j.recover(std::move(id), std::move(cb)); });
 }
@@ -161,5 +191,11 @@ inline Result<Recovery> recover(Journal& j, std::string id) {
 // touches storage: non-empty id, at least one event, consecutive seqs
 // starting at >= 1. Back ends call it; exposed for their tests.
 Result<void> validate_batch(const AppendBatch& batch);
+// Checks raise_fence's arguments the same way.
+Result<void> validate_fence(const std::string& key, std::uint64_t value);
+// The journal_conflict of an append refused by its fence.
+Error fence_refused(const AppendBatch& batch, std::uint64_t stored);
+// The journal_conflict of a raise_fence below the stored fence.
+Error fence_lowered(const std::string& key, std::uint64_t value, std::uint64_t stored);
 
 }  // namespace troupe

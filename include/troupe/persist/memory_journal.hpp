@@ -32,6 +32,7 @@ class MemoryJournal final : public Journal {
   void delete_up_to(std::string persistence_id, std::uint64_t to_seq, Callback<void> done) override;
   void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) override;
   void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
+  void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
   std::string_view name() const noexcept override { return "memory"; }
 
   // Test controls.
@@ -57,6 +58,7 @@ class MemoryJournal final : public Journal {
 
   mutable std::mutex mu_;
   std::map<std::string, Log, std::less<>> logs_;
+  std::map<std::string, std::uint64_t, std::less<>> fences_;
   bool holding_ = false;
   std::deque<std::pair<AppendBatch, Callback<void>>> held_;
   std::size_t fail_next_ = 0;

@@ -1,27 +1,45 @@
 #pragma once
 // The server journal: PostgreSQL through libpq.
 //
-// One writer thread owns the only write connection. Appends, deletions and
-// snapshot saves from every entity queue up; the writer takes everything
-// queued (up to `max_batch_events`) and commits it in one transaction, each
-// operation under its own SAVEPOINT, so one commit covers many entities'
-// events (group commit) and a primary-key violation (SQLSTATE 23505) fails
-// only its own batch with journal_conflict. Reads (replay, recover,
-// highest_seq, load_snapshot) run on `reader_connections` threads, each with
-// its own connection, so recovery never waits behind a write transaction.
+// Writes go through `writer_connections` lanes, each one thread with its own
+// connection; a persistence id (or a fence key) always uses the same lane,
+// so one id's operations stay in order, while the lanes' transactions
+// overlap and PostgreSQL's own group commit has concurrency to work with.
+// A lane takes everything queued on it (up to `max_batch_events`) and sends
+// it as one pipeline of prepared statements: the fence check, one multi-row
+// INSERT of every appended event, the snapshots and deletions, and one
+// Sync, so a group commit is one implicit transaction and one round trip.
+// An append that continues the highest seq the lane knows (from its own
+// commits, or from the recovery that preceded it) needs no read: the
+// primary key (persistence_id, seq) refuses a writer that got there first
+// (SPEC E7). When the server refuses a group (a conflict, a fence), its
+// operations run again one by one under savepoints after a fresh read, so a
+// conflict fails only its own batch with journal_conflict.
 //
-// Table layout, encoding, group commit and reconnect rules: doc/journal.md
-// ("PostgreSQL"). The primary key (persistence_id, seq) is what rejects a
-// second writer (SPEC E7). The writer caches each id's highest sequence
-// number and reads it again before refusing an append, so several journals
-// (nodes) may write one schema, each id from one of them at a time.
+// Fences (SPEC E9, journal.hpp): an append fenced below its key's stored
+// fence is refused, in the same transaction as the insert. Appends take the
+// shared advisory lock of their fence keys and raise_fence takes it
+// exclusively, so a raise waits for the appends in flight under the old
+// fence, and none under the old fence is stored after it. With `owner` set,
+// open() takes the owner's next incarnation as the fence "owner|<owner>"
+// and appends that carry no fence of their own are fenced with it: a
+// second process opened with the same owner refuses the first's writes.
+//
+// Reads (replay, recover, highest_seq, load_snapshot) run on
+// `reader_connections` threads with connections of their own, each one
+// prepared statement and one round trip; a recovery passes the highest seq
+// it saw to the id's lane. Layout and statements: doc/journal.md
+// ("PostgreSQL").
 //
 // A lost connection is re-established with back-off (reconnect_initial_ms,
 // doubling up to reconnect_max_ms). A write queued meanwhile waits at most
 // `unavailable_timeout_ms` for the server and then fails with
-// journal_failed; nothing is reported as stored unless its COMMIT
-// succeeded, and a write whose COMMIT outcome is unknown (the connection
-// broke during COMMIT) fails with journal_failed saying so.
+// journal_failed. Nothing is reported as stored unless its transaction
+// committed: when a connection breaks with a group commit in flight, the
+// lane reconnects and reads one of its rows back to learn whether it
+// committed (then it succeeded) or not (then it is sent again, within the
+// timeout); only if that cannot be learned does the write fail with
+// journal_failed saying the outcome is unknown.
 //
 // Thread-safe; owned through the shared_ptr open() returns. Callbacks run on
 // the journal's threads. Destroying it commits everything already queued,
@@ -40,8 +58,12 @@ namespace troupe {
 struct PostgresJournalOptions {
   std::string conninfo;            // libpq connection string ("host=... port=... dbname=...")
   std::string schema = "public";   // schema holding the tables; created if missing
-  std::size_t max_batch_events = 16384;  // per transaction (a delete or snapshot counts as one)
+  std::size_t max_batch_events = 16384;  // per transaction and lane (a delete or snapshot counts as one)
+  unsigned writer_connections = 4;  // lanes: 1..64
   unsigned reader_connections = 2;
+  // When set, this journal writes as the next incarnation of this owner
+  // (usually the node's name): see "Fences" above.
+  std::string owner;
   int reconnect_initial_ms = 50;   // first back-off after a failed connection attempt
   int reconnect_max_ms = 2000;     // back-off cap
   int unavailable_timeout_ms = 2000;  // how long a write waits for a lost server before failing
@@ -67,6 +89,7 @@ class PostgresJournal final : public Journal {
   void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) override;
   void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
   void recover(std::string persistence_id, Callback<Recovery> done) override;
+  void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
   std::string_view name() const noexcept override { return "postgres"; }
 
   // Counters for metrics and tests (monotonic, thread-safe).
@@ -77,6 +100,8 @@ class PostgresJournal final : public Journal {
     std::uint64_t reconnects = 0;    // successful connections after the first, all connections
   };
   Stats stats() const;
+  // The incarnation open() took as `owner`; 0 without an owner.
+  std::uint64_t owner_incarnation() const noexcept;
 
   class Impl;
 

@@ -68,6 +68,7 @@ class SqliteJournal final : public Journal {
   void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) override;
   void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
   void recover(std::string persistence_id, Callback<Recovery> done) override;
+  void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
   std::string_view name() const noexcept override { return "sqlite"; }
 
   // Counters for metrics and benchmarks (monotonic, thread-safe).

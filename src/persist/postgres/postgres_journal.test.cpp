@@ -164,4 +164,120 @@ TEST(PostgresJournal, appends_fail_while_the_server_is_down_and_succeed_after_it
   j.reset();
 }
 
+// proves: E9 (a single node's journal fences by the owner's incarnation)
+TEST(PostgresJournal, a_second_journal_opened_as_the_same_owner_refuses_the_first_ones_appends) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  const std::string schema = troupe::test::fresh_schema();
+  PostgresJournalOptions o;
+  o.conninfo = conninfo;
+  o.schema = schema;
+  o.owner = "node-1";
+  auto first = PostgresJournal::open(o);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  EXPECT_EQ((*first)->owner_incarnation(), 1u);
+  ASSERT_TRUE(js::append(**first, batch("p", 1, 1)).ok());
+  // The node restarts while the old process is still alive (paused, say).
+  auto second = PostgresJournal::open(o);
+  ASSERT_TRUE(second.ok()) << second.error().to_string();
+  EXPECT_EQ((*second)->owner_incarnation(), 2u);
+  auto stale = js::append(**first, batch("p", 2, 2));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code(), ErrorCode::journal_conflict) << stale.error().to_string();
+  EXPECT_NE(stale.error().message().find("fence 'owner|node-1' is at 2, this writer holds it at 1"),
+            std::string::npos)
+      << stale.error().message();
+  ASSERT_TRUE(js::append(**second, batch("p", 2, 2)).ok());
+  // Another owner is not concerned.
+  o.owner = "node-2";
+  auto other = PostgresJournal::open(o);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ((*other)->owner_incarnation(), 1u);
+  EXPECT_TRUE(js::append(**other, batch("q", 1, 1)).ok());
+  EXPECT_EQ(seqs(*js::replay(**second, "p")), range(1, 2));
+}
+
+TEST(PostgresJournal, a_schema_of_the_first_layout_is_migrated_on_open) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  const std::string schema = troupe::test::fresh_schema();
+  {
+    auto j = open_journal(conninfo, schema);
+    ASSERT_TRUE(js::append(*j, batch("m", 1, 2)).ok());
+  }
+  // Back to layout 1: no fences.
+  exec_sql(conninfo, "DROP FUNCTION \"" + schema + "\".check_fences(bytea[], bigint[], bigint[]); DROP TABLE \"" +
+                         schema + "\".fences; UPDATE \"" + schema + "\".journal_schema SET version = 1");
+  auto j = open_journal(conninfo, schema);
+  EXPECT_EQ(seqs(*js::replay(*j, "m")), range(1, 2));
+  ASSERT_TRUE(js::raise_fence(*j, "k", 2).ok());
+  AppendBatch b = batch("m", 3, 3);
+  b.fence = {"k", 1};
+  EXPECT_EQ(js::append(*j, b).error().code(), ErrorCode::journal_conflict);
+  b.fence = {"k", 2};
+  EXPECT_TRUE(js::append(*j, b).ok());
+  // A newer layout is refused, naming both versions.
+  exec_sql(conninfo, "UPDATE \"" + schema + "\".journal_schema SET version = 3");
+  PostgresJournalOptions o;
+  o.conninfo = conninfo;
+  o.schema = schema;
+  auto newer = PostgresJournal::open(o);
+  ASSERT_FALSE(newer.ok());
+  EXPECT_NE(newer.error().message().find("schema version 3 is newer than this build understands (2)"),
+            std::string::npos)
+      << newer.error().message();
+}
+
+TEST(PostgresJournal, backends_killed_by_pg_terminate_backend_under_load_lose_no_acknowledged_append) {
+  // A server of its own: the test kills its backends.
+  troupe::test::PostgresTestServer server;
+  auto j = open_journal(server.conninfo(), "public", 5000);
+  constexpr int kIds = 50, kRounds = 40;
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::uint64_t> acked(kIds, 0);
+  std::thread killer([&] {
+    PGconn* c = PQconnectdb(server.conninfo().c_str());
+    while (!stop.load()) {
+      std::this_thread::sleep_for(30ms);
+      PGresult* r = PQexec(c, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                              "WHERE pid <> pg_backend_pid() AND datname = current_database()");
+      PQclear(r);
+    }
+    PQfinish(c);
+  });
+  // Each id appends its next number once the previous one is answered; a
+  // failed append is tried again with the same number (the entity would
+  // recover and retry).
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 5; ++w)
+    writers.emplace_back([&, w] {
+      for (int round = 1; round <= kRounds; ++round)
+        for (int i = w; i < kIds; i += 5) {
+          const std::string id = "k" + std::to_string(i);
+          auto r = js::append(*j, batch(id, acked[i] + 1, acked[i] + 1));
+          if (r.ok()) {
+            ++acked[i];
+            ++ok;
+          } else {
+            ++failed;
+            // Unknown outcome: learn what is stored, as a recovering entity would.
+            auto h = js::highest_seq(*j, id);
+            if (h.ok()) acked[i] = *h;
+          }
+        }
+    });
+  for (auto& t : writers) t.join();
+  stop = true;
+  killer.join();
+  for (int i = 0; i < kIds; ++i) {
+    auto r = js::replay(*j, "k" + std::to_string(i));
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ(seqs(*r), range(1, acked[i])) << "id k" << i;
+  }
+  EXPECT_GE(j->stats().reconnects, 1u);
+  // The lanes read back what they sent when a connection broke: the
+  // appends were answered, not failed.
+  EXPECT_EQ(failed.load(), 0) << ok.load() << " succeeded";
+  j.reset();
+}
+
 }  // namespace

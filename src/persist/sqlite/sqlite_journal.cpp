@@ -1,5 +1,5 @@
-// SqliteJournal: one writer thread with group commit, reader threads with
-// their own connections. Table layout, encoding and the rules enforced here
+// SqliteJournal: one writer lane with group commit, reader threads with
+// their own connections (the threading is src/persist/journal_engine.hpp). Table layout, encoding and the rules enforced here
 // are documented in doc/journal.md; keep the two in step.
 
 #include "troupe/persist/sqlite_journal.hpp"
@@ -27,12 +27,14 @@
 #include <utility>
 #include <vector>
 
+#include "../journal_engine.hpp"
+
 namespace troupe {
 namespace {
 
 // PRAGMA user_version of the layout below. A file with a higher number was
 // written by a newer troupe: refuse it rather than misread it.
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 // PRAGMA application_id ("trup"): tells a troupe journal from some other
 // application's SQLite file, which open() must not add tables to.
 constexpr int kApplicationId = 0x74727570;
@@ -66,8 +68,20 @@ CREATE TABLE snapshots (
   payload        BLOB,
   PRIMARY KEY (persistence_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE fences (
+  key   TEXT    NOT NULL PRIMARY KEY,
+  fence INTEGER NOT NULL
+) WITHOUT ROWID;
 PRAGMA application_id = 1953658224;
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;
+)sql";
+// Schema 1 had no fences.
+constexpr const char* kMigrateFrom1 = R"sql(
+CREATE TABLE fences (
+  key   TEXT    NOT NULL PRIMARY KEY,
+  fence INTEGER NOT NULL
+) WITHOUT ROWID;
+PRAGMA user_version = 2;
 )sql";
 static_assert(kApplicationId == 1953658224, "kCreateSchema spells the application id in decimal");
 
@@ -89,6 +103,9 @@ constexpr const char* kInsertSnapshot =
 constexpr const char* kPruneSnapshots =
     "DELETE FROM snapshots WHERE persistence_id = ?1 AND "
     "seq < (SELECT max(seq) FROM snapshots WHERE persistence_id = ?1)";
+constexpr const char* kSelectFence = "SELECT fence FROM fences WHERE key = ?1";
+constexpr const char* kUpsertFence =
+    "INSERT INTO fences (key, fence) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET fence = excluded.fence";
 constexpr const char* kSelectEvents =
     "SELECT seq, timestamp_ms, type, version, payload FROM events "
     "WHERE persistence_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq";
@@ -282,6 +299,45 @@ Result<void> read_record(sqlite3_stmt* s, const std::string& path, const std::st
 
 // --- the shared state ----------------------------------------------------------
 
+class SqliteCore;
+
+// The writer: the only write connection, its statements and its caches.
+// Used by the group-commit lane's thread only (and by open() before that
+// thread starts).
+class SqliteWriter final : public detail::JournalLane {
+ public:
+  explicit SqliteWriter(SqliteCore& core) : core_(core) {}
+  // Opens the connection and checks, creates or migrates the schema.
+  Result<void> open();
+  void commit(std::span<detail::JournalWrite> ops, std::span<Result<void>> results) override;
+
+ private:
+  Result<void> do_append(AppendBatch& batch, std::uint64_t& written);
+  Result<void> do_delete(const std::string& id, std::uint64_t to_seq);
+  Result<void> do_snapshot(const std::string& id, const SnapshotRecord& snapshot);
+  Result<void> do_fence(const std::string& key, std::uint64_t value);
+  Result<std::uint64_t*> cached_highest(const std::string& id);
+  Result<std::uint64_t*> cached_fence(const std::string& key);
+  Result<void> check_schema();
+  Result<void> savepoint();
+  Result<void> release();
+  void rollback_savepoint();
+  void forget();
+  Error fail(std::string_view doing) const;
+
+  SqliteCore& core_;  // owns this writer
+  Connection db_;
+  Stmt begin_, commit_, rollback_, savepoint_, release_, rollback_to_;
+  Stmt insert_event_, select_highest_, delete_events_, upsert_deletion_, insert_snapshot_, prune_snapshots_;
+  Stmt select_fence_, upsert_fence_;
+  // Highest seq per id and the stored fence per key, as of the current
+  // transaction. Valid because this thread is the only writer of the file
+  // (the lock file keeps other processes out); cleared whenever a
+  // transaction is lost.
+  std::unordered_map<std::string, std::uint64_t> highest_;
+  std::unordered_map<std::string, std::uint64_t> fences_;
+};
+
 // Everything the journal's threads use. Held by shared_ptr: by the public
 // object and by each thread, so that the journal may be destroyed from one
 // of its own callbacks (that thread then finishes the queued work and frees
@@ -317,85 +373,37 @@ class SqliteCore : public std::enable_shared_from_this<SqliteCore> {
     Stmt begin_, commit_, rollback_, events_, snapshot_, highest_;
   };
 
-  using ReadTask = std::function<void(Reader*)>;  // nullptr: the journal is closed
+  using ReadTask = detail::ReaderPool<Reader>::Task;
 
   explicit SqliteCore(SqliteJournalOptions options) : options_(std::move(options)) {}
   // Runs once every thread is joined, or on the last of them as it exits
-  // (destruction from a callback). Member order does the rest: statements
-  // finalize, then connections close, then the lock file is released.
+  // (destruction from a callback). Member order does the rest: the engines
+  // go first (their statements finalize, their connections close), then the
+  // lock file is released.
   ~SqliteCore() = default;
 
   Result<void> open();
   void start_threads();
   void shutdown();
 
-  void submit(AppendBatch&& batch, Journal::Callback<void>&& done);
-  void submit_delete(std::string&& id, std::uint64_t to_seq, Journal::Callback<void>&& done);
-  void submit_snapshot(std::string&& id, SnapshotRecord&& snapshot, Journal::Callback<void>&& done);
-  void read(ReadTask&& task);
+  void write(detail::JournalWrite&& op) { writes_->submit(std::move(op)); }
+  void read(ReadTask&& task) { reads_->submit(std::move(task)); }
 
   SqliteJournal::Stats stats() const {
     return {transactions_.load(std::memory_order_relaxed), events_written_.load(std::memory_order_relaxed),
-            append_failures_.load(std::memory_order_relaxed)};
+            writes_ ? writes_->append_failures() : 0};
   }
   const std::string& path() const noexcept { return options_.path; }
-
- private:
-  struct WriteOp {
-    enum class Kind : std::uint8_t { append, delete_to, snapshot };
-    Kind kind = Kind::append;
-    AppendBatch batch;         // append: the batch; the others: only persistence_id
-    std::uint64_t to_seq = 0;  // delete_to
-    SnapshotRecord snapshot;   // snapshot
-    Journal::Callback<void> done;
-
-    std::size_t weight() const { return kind == Kind::append ? batch.events.size() : 1; }
-  };
-
-  void enqueue(WriteOp&& op);
-  void writer_loop();
-  void reader_loop(Reader& reader);
-  void commit_chunk(std::vector<WriteOp>& ops, std::size_t begin, std::size_t end,
-                    std::vector<Result<void>>& results);
-  Result<void> do_append(AppendBatch& batch, std::uint64_t& written);
-  Result<void> do_delete(const std::string& id, std::uint64_t to_seq);
-  Result<void> do_snapshot(const std::string& id, const SnapshotRecord& snapshot);
-  Result<std::uint64_t*> cached_highest(const std::string& id);
-  Result<void> savepoint();
-  Result<void> release();
-  void rollback_savepoint();
-  Error fail(std::string_view doing) const { return failed(options_.path, doing, wdb_.get()); }
-
-  const SqliteJournalOptions options_;
-  LockFile lock_;
-
-  // Writer side. The connection and statements are used by the writer
-  // thread only (and by open() before that thread starts).
-  Connection wdb_;
-  Stmt begin_, commit_, rollback_, savepoint_, release_, rollback_to_;
-  Stmt insert_event_, select_highest_, delete_events_, upsert_deletion_, insert_snapshot_, prune_snapshots_;
-  // Highest seq per id, as of the writer's current transaction. Valid
-  // because this thread is the only writer of the file (the lock file keeps
-  // other processes out); cleared whenever a transaction is lost.
-  std::unordered_map<std::string, std::uint64_t> highest_;
-
-  std::mutex wmu_;
-  std::condition_variable wcv_;
-  std::vector<WriteOp> wq_;   // guarded by wmu_
-  bool writer_idle_ = false;  // guarded by wmu_: the writer waits on wcv_
-  bool write_closed_ = false; // guarded by wmu_
-
-  std::vector<std::unique_ptr<Reader>> readers_;
-  std::mutex rmu_;
-  std::condition_variable rcv_;
-  std::deque<ReadTask> rq_;   // guarded by rmu_
-  bool read_closed_ = false;  // guarded by rmu_
-
-  std::vector<std::thread> threads_;  // touched by open() and shutdown() only
+  const SqliteJournalOptions& options() const noexcept { return options_; }
 
   std::atomic<std::uint64_t> transactions_{0};
   std::atomic<std::uint64_t> events_written_{0};
-  std::atomic<std::uint64_t> append_failures_{0};
+
+ private:
+  const SqliteJournalOptions options_;
+  LockFile lock_;
+  std::unique_ptr<detail::GroupCommit> writes_;
+  std::unique_ptr<detail::ReaderPool<Reader>> reads_;
 };
 
 class SqliteJournal::Impl {
@@ -406,16 +414,34 @@ class SqliteJournal::Impl {
 // --- open and close ----------------------------------------------------------------
 
 Result<void> SqliteCore::open() {
-  const std::string& path = options_.path;
-  if (auto r = lock_.acquire(path); !r) return r;
+  if (auto r = lock_.acquire(options_.path); !r) return r;
+  auto writer = std::make_unique<SqliteWriter>(*this);
+  if (auto r = writer->open(); !r) return r;
+  std::vector<std::unique_ptr<detail::JournalLane>> lanes;
+  lanes.push_back(std::move(writer));
+  writes_ = std::make_unique<detail::GroupCommit>(std::move(lanes), options_.max_batch_events,
+                                                  [path = options_.path] { return closed_error(path); });
+  std::vector<std::unique_ptr<Reader>> readers;
+  for (unsigned i = 0; i < options_.reader_threads; ++i) {
+    auto reader = std::make_unique<Reader>(*this);
+    if (auto r = reader->open(); !r) return r;
+    readers.push_back(std::move(reader));
+  }
+  reads_ = std::make_unique<detail::ReaderPool<Reader>>(std::move(readers));
+  return {};
+}
 
+Error SqliteWriter::fail(std::string_view doing) const { return failed(core_.path(), doing, db_.get()); }
+
+Result<void> SqliteWriter::open() {
+  const std::string& path = core_.path();
   // NOMUTEX: each connection is used by one thread at a time, so SQLite's
   // per-connection mutex would only cost.
-  int rc = sqlite3_open_v2(path.c_str(), wdb_.out(), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+  int rc = sqlite3_open_v2(path.c_str(), db_.out(), SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
-  sqlite3* db = wdb_.get();
+  sqlite3* db = db_.get();
   if (rc != SQLITE_OK) return fail("open for writing");
-  sqlite3_busy_timeout(db, options_.busy_timeout_ms);
+  sqlite3_busy_timeout(db, core_.options().busy_timeout_ms);
 
   // journal_mode is the first statement that reads the file: a file that is
   // not a database fails here with SQLITE_NOTADB.
@@ -430,7 +456,7 @@ Result<void> SqliteCore::open() {
                                                   ": cannot use WAL mode (journal_mode is " +
                                                   (mode != nullptr ? mode : "unknown") + ")");
   }
-  const char* sync = options_.durability == Durability::full ? "PRAGMA synchronous = FULL"
+  const char* sync = core_.options().durability == Durability::full ? "PRAGMA synchronous = FULL"
                                                              : "PRAGMA synchronous = NORMAL";
   if (auto r = exec(db, path, sync, "set synchronous"); !r) return r;
   // A commit of N entities' events dirties about one index page per entity;
@@ -440,9 +466,33 @@ Result<void> SqliteCore::open() {
   if (auto r = exec(db, path, "PRAGMA cache_size = -65536", "set cache_size"); !r) return r;
   if (auto r = exec(db, path, "PRAGMA wal_autocheckpoint = 8192", "set wal_autocheckpoint"); !r) return r;
 
-  // Check or create the schema under the write lock, so two first opens
-  // cannot both create it (the lock file already excludes that; this keeps
-  // the check honest for files touched by other tools).
+  if (auto r = check_schema(); !r) return r;
+
+  struct {
+    Stmt* stmt;
+    const char* sql;
+  } const statements[] = {
+      {&begin_, "BEGIN IMMEDIATE"},        {&commit_, "COMMIT"},
+      {&rollback_, "ROLLBACK"},            {&savepoint_, "SAVEPOINT op"},
+      {&release_, "RELEASE op"},           {&rollback_to_, "ROLLBACK TO op"},
+      {&insert_event_, kInsertEvent},      {&select_highest_, kSelectHighest},
+      {&delete_events_, kDeleteEvents},    {&upsert_deletion_, kUpsertDeletion},
+      {&insert_snapshot_, kInsertSnapshot}, {&prune_snapshots_, kPruneSnapshots},
+      {&select_fence_, kSelectFence},      {&upsert_fence_, kUpsertFence},
+  };
+  for (const auto& st : statements)
+    if (auto r = prepare(db, path, st.sql, *st.stmt); !r) return r;
+
+  return {};
+}
+
+// Checks the schema under the write lock, creating it in a new file and
+// migrating an older layout, so two first opens cannot both create it (the
+// lock file already excludes that; this keeps the check honest for files
+// touched by other tools).
+Result<void> SqliteWriter::check_schema() {
+  const std::string& path = core_.path();
+  sqlite3* db = db_.get();
   if (auto r = exec(db, path, "BEGIN IMMEDIATE", "begin the schema check"); !r) return r;
   auto schema = [&]() -> Result<void> {
     auto pragma_int = [&](const char* sql, std::int64_t& v) -> Result<void> {
@@ -466,6 +516,7 @@ Result<void> SqliteCore::open() {
       return Error(ErrorCode::journal_failed,
                    "sqlite journal " + quoted(path) + ": schema version " + std::to_string(version) +
                        " is newer than this build understands (" + std::to_string(kSchemaVersion) + ")");
+    if (version == 1) return exec(db, path, kMigrateFrom1, "add the fences table (schema 1 to 2)");
     if (version != kSchemaVersion)
       return Error(ErrorCode::journal_failed, "sqlite journal " + quoted(path) + ": unknown schema version " +
                                                   std::to_string(version));
@@ -475,29 +526,9 @@ Result<void> SqliteCore::open() {
     (void)exec(db, path, "ROLLBACK", "roll back the schema check");
     return schema;
   }
-  if (auto r = exec(db, path, "COMMIT", "commit the schema"); !r) return r;
-
-  struct {
-    Stmt* stmt;
-    const char* sql;
-  } const statements[] = {
-      {&begin_, "BEGIN IMMEDIATE"},        {&commit_, "COMMIT"},
-      {&rollback_, "ROLLBACK"},            {&savepoint_, "SAVEPOINT op"},
-      {&release_, "RELEASE op"},           {&rollback_to_, "ROLLBACK TO op"},
-      {&insert_event_, kInsertEvent},      {&select_highest_, kSelectHighest},
-      {&delete_events_, kDeleteEvents},    {&upsert_deletion_, kUpsertDeletion},
-      {&insert_snapshot_, kInsertSnapshot}, {&prune_snapshots_, kPruneSnapshots},
-  };
-  for (const auto& st : statements)
-    if (auto r = prepare(db, path, st.sql, *st.stmt); !r) return r;
-
-  for (unsigned i = 0; i < options_.reader_threads; ++i) {
-    auto reader = std::make_unique<Reader>(*this);
-    if (auto r = reader->open(); !r) return r;
-    readers_.push_back(std::move(reader));
-  }
-  return {};
+  return exec(db, path, "COMMIT", "commit the schema");
 }
+
 
 Result<void> SqliteCore::Reader::open() {
   const std::string& path = core_.path();
@@ -516,167 +547,63 @@ Result<void> SqliteCore::Reader::open() {
   return {};
 }
 
+// --- the writer ----------------------------------------------------------------
+
 void SqliteCore::start_threads() {
   // Each thread holds the state alive: see the class comment.
   auto self = shared_from_this();
-  threads_.emplace_back([self] { self->writer_loop(); });
-  for (auto& r : readers_) threads_.emplace_back([self, reader = r.get()] { self->reader_loop(*reader); });
+  writes_->start(self);
+  reads_->start(self);
 }
 
 void SqliteCore::shutdown() {
-  {
-    std::lock_guard lk(wmu_);
-    write_closed_ = true;
-  }
-  wcv_.notify_one();
-  {
-    std::lock_guard lk(rmu_);
-    read_closed_ = true;
-  }
-  rcv_.notify_all();
-  // Destroyed from one of our own callbacks: that thread cannot join itself.
-  // It finishes its queue on its own and frees the state when it exits.
-  const auto me = std::this_thread::get_id();
-  for (auto& t : threads_) {
-    if (t.get_id() == me)
-      t.detach();
-    else if (t.joinable())
-      t.join();
-  }
+  writes_->close();
+  reads_->close();
+  writes_->join();
+  reads_->join();
 }
 
-// --- the writer ----------------------------------------------------------------
-
-void SqliteCore::enqueue(WriteOp&& op) {
-  bool queued = false, wake = false;
-  {
-    std::lock_guard lk(wmu_);
-    if (!write_closed_) {
-      wq_.push_back(std::move(op));
-      queued = true;
-      // Only an idle writer needs a signal; a busy one swaps the queue when
-      // it finishes its transaction. This keeps notify off the hot path.
-      wake = writer_idle_;
-      writer_idle_ = false;
-    }
-  }
-  if (!queued) {
-    if (op.done) op.done(closed_error(options_.path));
-    return;
-  }
-  if (wake) wcv_.notify_one();
+void SqliteWriter::forget() {
+  highest_.clear();
+  fences_.clear();
 }
 
-void SqliteCore::submit(AppendBatch&& batch, Journal::Callback<void>&& done) {
-  WriteOp op;
-  op.kind = WriteOp::Kind::append;
-  op.batch = std::move(batch);
-  op.done = std::move(done);
-  enqueue(std::move(op));
-}
-
-void SqliteCore::submit_delete(std::string&& id, std::uint64_t to_seq, Journal::Callback<void>&& done) {
-  WriteOp op;
-  op.kind = WriteOp::Kind::delete_to;
-  op.batch.persistence_id = std::move(id);
-  op.to_seq = std::min(to_seq, kMaxSeq);
-  op.done = std::move(done);
-  enqueue(std::move(op));
-}
-
-void SqliteCore::submit_snapshot(std::string&& id, SnapshotRecord&& snapshot, Journal::Callback<void>&& done) {
-  WriteOp op;
-  op.kind = WriteOp::Kind::snapshot;
-  op.batch.persistence_id = std::move(id);
-  op.snapshot = std::move(snapshot);
-  op.done = std::move(done);
-  enqueue(std::move(op));
-}
-
-void SqliteCore::writer_loop() {
-  std::vector<WriteOp> ops;
-  std::vector<Result<void>> results;
-  for (;;) {
-    {
-      std::unique_lock lk(wmu_);
-      while (wq_.empty() && !write_closed_) {
-        writer_idle_ = true;
-        wcv_.wait(lk);
-      }
-      writer_idle_ = false;
-      if (wq_.empty()) break;  // closed, and everything queued is done
-      // Take the whole queue in one swap: one lock round trip per
-      // transaction, not per append. `ops` is empty and keeps its capacity.
-      ops.swap(wq_);
-    }
-    std::size_t begin = 0;
-    while (begin < ops.size()) {
-      // A chunk holds up to max_batch_events events; a single batch larger
-      // than that still goes whole into one transaction (it is atomic).
-      std::size_t end = begin;
-      std::size_t events = ops[end++].weight();
-      while (end < ops.size() && events + ops[end].weight() <= options_.max_batch_events)
-        events += ops[end++].weight();
-      commit_chunk(ops, begin, end, results);
-      // Callbacks run after the commit, on this thread, outside every lock,
-      // in queue order: that is what keeps one id's completions in order.
-      for (std::size_t i = begin; i < end; ++i) {
-        auto done = std::move(ops[i].done);
-        if (done) done(std::move(results[i - begin]));
-      }
-      begin = end;
-    }
-    ops.clear();
-  }
-}
-
-void SqliteCore::commit_chunk(std::vector<WriteOp>& ops, std::size_t begin, std::size_t end,
-                              std::vector<Result<void>>& results) {
-  results.clear();
-  results.resize(end - begin);
+void SqliteWriter::commit(std::span<detail::JournalWrite> ops, std::span<Result<void>> results) {
+  const std::string& path = core_.path();
   auto fail_all = [&](const Error& e) {
-    std::uint64_t appends = 0;
-    for (std::size_t i = begin; i < end; ++i) {
-      results[i - begin] = e;
-      if (ops[i].kind == WriteOp::Kind::append) ++appends;
-    }
-    append_failures_.fetch_add(appends, std::memory_order_relaxed);
-    // The cache may hold numbers from the lost transaction.
-    highest_.clear();
-    if (sqlite3_get_autocommit(wdb_.get()) == 0) (void)run(wdb_.get(), options_.path, rollback_.get(), "roll back");
+    for (auto& r : results) r = e;
+    // The caches may hold numbers from the lost transaction.
+    forget();
+    if (sqlite3_get_autocommit(db_.get()) == 0) (void)run(db_.get(), path, rollback_.get(), "roll back");
   };
 
-  if (auto r = run(wdb_.get(), options_.path, begin_.get(), "begin a write transaction"); !r)
-    return fail_all(r.error());
+  if (auto r = run(db_.get(), path, begin_.get(), "begin a write transaction"); !r) return fail_all(r.error());
 
-  std::uint64_t written = 0, failures = 0;
-  for (std::size_t i = begin; i < end; ++i) {
-    WriteOp& op = ops[i];
+  std::uint64_t written = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    detail::JournalWrite& op = ops[i];
     Result<void> r;
     switch (op.kind) {
-      case WriteOp::Kind::append: r = do_append(op.batch, written); break;
-      case WriteOp::Kind::delete_to: r = do_delete(op.batch.persistence_id, op.to_seq); break;
-      case WriteOp::Kind::snapshot: r = do_snapshot(op.batch.persistence_id, op.snapshot); break;
+      case detail::JournalWrite::Kind::append: r = do_append(op.batch, written); break;
+      case detail::JournalWrite::Kind::delete_to: r = do_delete(op.key(), op.value); break;
+      case detail::JournalWrite::Kind::snapshot: r = do_snapshot(op.key(), op.snapshot); break;
+      case detail::JournalWrite::Kind::fence: r = do_fence(op.key(), op.value); break;
     }
-    if (!r.ok()) {
-      // Some errors (I/O, disk full) make SQLite roll back the whole
-      // transaction: then nothing of this chunk is stored, and every op in
-      // it must say so, including those that had gone in.
-      if (sqlite3_get_autocommit(wdb_.get()) != 0)
-        return fail_all(Error(ErrorCode::journal_failed,
-                              r.error().message() + "; the transaction was rolled back, nothing of it is stored"));
-      if (op.kind == WriteOp::Kind::append) ++failures;
-    }
-    results[i - begin] = std::move(r);
+    // Some errors (I/O, disk full) make SQLite roll back the whole
+    // transaction: then nothing of this chunk is stored, and every op in it
+    // must say so, including those that had gone in.
+    if (!r.ok() && sqlite3_get_autocommit(db_.get()) != 0)
+      return fail_all(Error(ErrorCode::journal_failed,
+                            r.error().message() + "; the transaction was rolled back, nothing of it is stored"));
+    results[i] = std::move(r);
   }
 
-  if (auto r = run(wdb_.get(), options_.path, commit_.get(), "commit"); !r) return fail_all(r.error());
-  transactions_.fetch_add(1, std::memory_order_relaxed);
-  events_written_.fetch_add(written, std::memory_order_relaxed);
-  if (failures > 0) append_failures_.fetch_add(failures, std::memory_order_relaxed);
+  if (auto r = run(db_.get(), path, commit_.get(), "commit"); !r) return fail_all(r.error());
+  core_.transactions_.fetch_add(1, std::memory_order_relaxed);
+  core_.events_written_.fetch_add(written, std::memory_order_relaxed);
 }
 
-Result<std::uint64_t*> SqliteCore::cached_highest(const std::string& id) {
+Result<std::uint64_t*> SqliteWriter::cached_highest(const std::string& id) {
   if (auto it = highest_.find(id); it != highest_.end()) return &it->second;
   sqlite3_stmt* s = select_highest_.get();
   ResetOnExit reset(s);
@@ -689,22 +616,58 @@ Result<std::uint64_t*> SqliteCore::cached_highest(const std::string& id) {
   return &highest_.emplace(id, std::max(max_seq, deleted_to)).first->second;
 }
 
-Result<void> SqliteCore::savepoint() { return run(wdb_.get(), options_.path, savepoint_.get(), "open a savepoint"); }
-Result<void> SqliteCore::release() { return run(wdb_.get(), options_.path, release_.get(), "release a savepoint"); }
-void SqliteCore::rollback_savepoint() {
+Result<std::uint64_t*> SqliteWriter::cached_fence(const std::string& key) {
+  if (auto it = fences_.find(key); it != fences_.end()) return &it->second;
+  sqlite3_stmt* s = select_fence_.get();
+  ResetOnExit reset(s);
+  if (bind_text(s, 1, key) != SQLITE_OK) return fail("bind the fence key");
+  std::uint64_t stored = 0;
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    stored = static_cast<std::uint64_t>(std::max<sqlite3_int64>(0, sqlite3_column_int64(s, 0)));
+  } else if (rc != SQLITE_DONE) {
+    return fail("read the fence " + quoted(key));
+  }
+  if (fences_.size() >= kMaxCachedIds) fences_.clear();
+  return &fences_.emplace(key, stored).first->second;
+}
+
+Result<void> SqliteWriter::do_fence(const std::string& key, std::uint64_t value) {
+  if (auto v = validate_fence(key, value); !v) return v;
+  auto cached = cached_fence(key);
+  if (!cached) return std::move(cached).error();
+  std::uint64_t& stored = *cached.value();
+  if (stored > value) return fence_lowered(key, value, stored);
+  if (stored == value) return {};
+  sqlite3_stmt* s = upsert_fence_.get();
+  ResetOnExit reset(s);
+  if (bind_text(s, 1, key) != SQLITE_OK || bind_seq(s, 2, value) != SQLITE_OK || sqlite3_step(s) != SQLITE_DONE)
+    return fail("raise the fence " + quoted(key) + " to " + std::to_string(value));
+  stored = value;
+  return {};
+}
+
+Result<void> SqliteWriter::savepoint() { return run(db_.get(), core_.path(), savepoint_.get(), "open a savepoint"); }
+Result<void> SqliteWriter::release() { return run(db_.get(), core_.path(), release_.get(), "release a savepoint"); }
+void SqliteWriter::rollback_savepoint() {
   // Only this op's rows go; the transaction, and the ops before it, stay.
-  if (sqlite3_get_autocommit(wdb_.get()) != 0) return;
-  (void)run(wdb_.get(), options_.path, rollback_to_.get(), "roll back to a savepoint");
+  if (sqlite3_get_autocommit(db_.get()) != 0) return;
+  (void)run(db_.get(), core_.path(), rollback_to_.get(), "roll back to a savepoint");
   (void)release();
 }
 
-Result<void> SqliteCore::do_append(AppendBatch& batch, std::uint64_t& written) {
+Result<void> SqliteWriter::do_append(AppendBatch& batch, std::uint64_t& written) {
   if (auto v = validate_batch(batch); !v.ok()) return v;
   const std::string& id = batch.persistence_id;
   if (batch.events.back().seq > kMaxSeq)
     return Error(ErrorCode::invalid_argument, "append to " + quoted(id) + ": sequence number " +
                                                   std::to_string(batch.events.back().seq) +
                                                   " exceeds the largest storable, " + std::to_string(kMaxSeq));
+  if (batch.fence.value != 0) {
+    auto fence = cached_fence(batch.fence.key);
+    if (!fence) return std::move(fence).error();
+    if (*fence.value() > batch.fence.value) return fence_refused(batch, *fence.value());
+  }
   auto cached = cached_highest(id);
   if (!cached) return std::move(cached).error();
   std::uint64_t& highest = *cached.value();
@@ -737,7 +700,7 @@ Result<void> SqliteCore::do_append(AppendBatch& batch, std::uint64_t& written) {
     if (rc == SQLITE_OK) rc = bind_blob(s, 6, e.payload);
     if (rc == SQLITE_OK) rc = sqlite3_step(s);
     if (rc != SQLITE_DONE) {
-      const int ext = sqlite3_extended_errcode(wdb_.get());
+      const int ext = sqlite3_extended_errcode(db_.get());
       Error err = fail("append " + quoted(id) + " seq " + std::to_string(e.seq));
       sqlite3_reset(s);
       if (multi) rollback_savepoint();
@@ -760,7 +723,7 @@ Result<void> SqliteCore::do_append(AppendBatch& batch, std::uint64_t& written) {
   return {};
 }
 
-Result<void> SqliteCore::do_delete(const std::string& id, std::uint64_t to_seq) {
+Result<void> SqliteWriter::do_delete(const std::string& id, std::uint64_t to_seq) {
   auto cached = cached_highest(id);
   if (!cached) return std::move(cached).error();
   // Never mark numbers above the highest as deleted: the next append must
@@ -781,7 +744,7 @@ Result<void> SqliteCore::do_delete(const std::string& id, std::uint64_t to_seq) 
   return r;
 }
 
-Result<void> SqliteCore::do_snapshot(const std::string& id, const SnapshotRecord& snap) {
+Result<void> SqliteWriter::do_snapshot(const std::string& id, const SnapshotRecord& snap) {
   if (id.empty()) return Error(ErrorCode::invalid_argument, "snapshot with an empty persistence id");
   if (snap.seq > kMaxSeq)
     return Error(ErrorCode::invalid_argument, "snapshot of " + quoted(id) + " at sequence number " +
@@ -810,32 +773,6 @@ Result<void> SqliteCore::do_snapshot(const std::string& id, const SnapshotRecord
 }
 
 // --- the readers ----------------------------------------------------------------
-
-void SqliteCore::read(ReadTask&& task) {
-  {
-    std::lock_guard lk(rmu_);
-    if (!read_closed_) {
-      rq_.push_back(std::move(task));
-      task = nullptr;
-    }
-  }
-  if (task) return task(nullptr);  // closed: the task answers journal_failed
-  rcv_.notify_one();
-}
-
-void SqliteCore::reader_loop(Reader& reader) {
-  for (;;) {
-    ReadTask task;
-    {
-      std::unique_lock lk(rmu_);
-      rcv_.wait(lk, [&] { return !rq_.empty() || read_closed_; });
-      if (rq_.empty()) return;  // closed and drained
-      task = std::move(rq_.front());
-      rq_.pop_front();
-    }
-    task(&reader);
-  }
-}
 
 Result<void> SqliteCore::Reader::begin() {
   // A read that starts after an append's callback sees that append: each
@@ -997,15 +934,22 @@ SqliteJournal::SqliteJournal(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 SqliteJournal::~SqliteJournal() { impl_->core->shutdown(); }
 
 void SqliteJournal::append(AppendBatch batch, Callback<void> done) {
-  impl_->core->submit(std::move(batch), std::move(done));
+  impl_->core->write({detail::JournalWrite::Kind::append, std::move(batch), 0, {}, std::move(done)});
 }
 
 void SqliteJournal::delete_up_to(std::string persistence_id, std::uint64_t to_seq, Callback<void> done) {
-  impl_->core->submit_delete(std::move(persistence_id), to_seq, std::move(done));
+  impl_->core->write({detail::JournalWrite::Kind::delete_to, AppendBatch{std::move(persistence_id), {}, {}},
+                      std::min(to_seq, kMaxSeq), {}, std::move(done)});
 }
 
 void SqliteJournal::save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) {
-  impl_->core->submit_snapshot(std::move(persistence_id), std::move(snapshot), std::move(done));
+  impl_->core->write({detail::JournalWrite::Kind::snapshot, AppendBatch{std::move(persistence_id), {}, {}}, 0,
+                      std::move(snapshot), std::move(done)});
+}
+
+void SqliteJournal::raise_fence(std::string key, std::uint64_t value, Callback<void> done) {
+  impl_->core->write(
+      {detail::JournalWrite::Kind::fence, AppendBatch{std::move(key), {}, {}}, value, {}, std::move(done)});
 }
 
 namespace {

@@ -375,6 +375,28 @@ TEST_F(SqliteJournalTest, a_journal_written_by_a_newer_schema_version_is_refused
   EXPECT_NE(r.error().message().find("schema version 99"), std::string::npos) << r.error().message();
 }
 
+TEST_F(SqliteJournalTest, a_journal_of_the_first_layout_gains_fences_on_open) {
+  {
+    auto j = open();
+    ASSERT_TRUE(js::append(*j, batch("m", 1, 2)).ok());
+  }
+  RawDb(path_).exec("DROP TABLE fences; PRAGMA user_version = 1");
+  auto j = open();
+  EXPECT_EQ(js::replay(*j, "m")->size(), 2u);
+  ASSERT_TRUE(js::raise_fence(*j, "k", 2).ok());
+  troupe::AppendBatch b = batch("m", 3, 3);
+  b.fence = {"k", 1};
+  EXPECT_EQ(js::append(*j, b).error().code(), ErrorCode::journal_conflict);
+  b.fence = {"k", 2};
+  EXPECT_TRUE(js::append(*j, b).ok());
+  j.reset();
+  // The raised fence is stored, not only cached.
+  j = open();
+  b = batch("m", 4, 4);
+  b.fence = {"k", 1};
+  EXPECT_EQ(js::append(*j, b).error().code(), ErrorCode::journal_conflict);
+}
+
 TEST_F(SqliteJournalTest, another_application_s_database_is_refused_and_left_untouched) {
   {
     RawDb db(path_);

@@ -1,0 +1,101 @@
+#pragma once
+// A writer lane of the PostgreSQL journal: one connection, one thread (the
+// group-commit engine's), everything queued on its lane stored in as few
+// round trips as possible. Internal to src/persist/postgres; the rules are
+// in doc/journal.md ("PostgreSQL").
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../journal_engine.hpp"
+#include "pg_support.hpp"
+#include "troupe/persist/postgres_journal.hpp"
+
+namespace troupe::pg {
+
+using Clock = std::chrono::steady_clock;
+
+// What the lanes, the readers and the public object share. Fixed once
+// open() returned, except the counters.
+struct Shared {
+  Shared(PostgresJournalOptions o, std::string quoted_schema)
+      : options(std::move(o)), sql(quoted_schema) {}
+
+  // A new connection with `statements` prepared on it.
+  Result<PgConn> connect(const std::vector<Sql::Prepared>& statements) const;
+
+  const PostgresJournalOptions options;
+  const Sql sql;
+  // The fence appends without one are stored under (options.owner's
+  // incarnation); value 0 when there is no owner.
+  Fence owner;
+
+  std::atomic<std::uint64_t> transactions{0};
+  std::atomic<std::uint64_t> events_written{0};
+  std::atomic<std::uint64_t> reconnects{0};
+};
+
+class Writer final : public detail::JournalLane {
+ public:
+  explicit Writer(Shared& shared) : shared_(shared) {}
+
+  // The first connection, made by open().
+  Result<void> connect_now();
+  PGconn* connection() const noexcept { return conn_.get(); }
+
+  void commit(std::span<detail::JournalWrite> ops, std::span<Result<void>> results) override;
+
+  // The highest seq a reader saw stored for `id`: saves the lane a read
+  // before the id's next append. Any thread.
+  void hint(const std::string& id, std::uint64_t highest);
+
+  // Raises (or, with `bump`, increments) a fence in a transaction of its
+  // own; the stored value afterwards. Used by commit() and by open().
+  Result<std::uint64_t> raise(const std::string& key, std::uint64_t value, bool bump, Clock::time_point deadline);
+
+ private:
+  enum class GroupEnd { committed, rolled_back, failed };
+  struct Highest {
+    std::uint64_t max_seq = 0, deleted_to = 0;
+    std::uint64_t value() const { return std::max(max_seq, deleted_to); }
+  };
+
+  bool ensure_connected(Clock::time_point deadline, std::string& why);
+  void drop_connection() { conn_.reset(); }
+  void take_hints();
+  void forget() { highest_.clear(); }
+  Result<std::vector<Highest>> read_highest(const std::vector<std::string>& ids, bool& lost);
+  GroupEnd commit_group(std::span<detail::JournalWrite> ops, const std::vector<std::size_t>& group,
+                        Clock::time_point deadline, Error& error);
+  void commit_slow(std::span<detail::JournalWrite> ops, const std::vector<std::size_t>& slow,
+                   std::span<Result<void>> results, Clock::time_point deadline);
+  // One operation under its own savepoint; sets `lost` when the
+  // transaction is gone.
+  Result<void> apply_one(detail::JournalWrite& op, std::uint64_t& written, bool& lost);
+  Result<void> slow_append(AppendBatch& batch, bool& lost);
+  std::optional<bool> verify(const AppendBatch& batch, Clock::time_point deadline);
+
+  Shared& shared_;
+  PgConn conn_;
+  int backoff_ms_ = 0;
+  Clock::time_point next_attempt_{};
+  std::string last_connect_error_;
+  bool connected_once_ = false;
+  // Highest seq per id as this lane knows it: what it committed, read or
+  // was told by a reader. Never above the stored value (it only grows
+  // stored values, and another writer only adds to them), so an append that
+  // continues it needs no read: the primary key catches a writer that got
+  // there first. Cleared when a transaction's outcome is lost.
+  std::unordered_map<std::string, std::uint64_t> highest_;
+  std::mutex hints_mu_;
+  std::unordered_map<std::string, std::uint64_t> hints_;  // guarded by hints_mu_
+};
+
+}  // namespace troupe::pg
