@@ -40,11 +40,12 @@ inline constexpr std::uint32_t kJournalEventVersion = 1;
 // per transaction on both sides.
 // PostgresJournalOptions::max_batch_events has the same default.
 inline constexpr std::size_t kJournalMaxBatchEvents = 16384;
-// The connections PostgresJournal writes through: its one writer thread
-// owns the only write connection (include/troupe/persist/postgres_journal.hpp;
-// its reader connections play no part in appending). The raw peer writes
-// through as many. Keep in step with the journal.
-inline constexpr int kPgWriterConnections = 1;
+// The connections PostgresJournal writes through: its writer lanes, one
+// connection each (PostgresJournalOptions::writer_connections' default, in
+// include/troupe/persist/postgres_journal.hpp; its reader connections play
+// no part in appending). The raw peer writes through as many. Keep in step
+// with the journal.
+inline constexpr int kPgWriterConnections = 4;
 // The libpq connection string of the database a journal_append_pg_N process
 // writes; bench/run sets it (see bench/peers/README.md, "PostgreSQL").
 inline constexpr const char* kPgConninfoEnv = "TROUPE_BENCH_PG_CONNINFO";

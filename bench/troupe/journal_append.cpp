@@ -159,6 +159,11 @@ void journal_append_pg(long entities) {
                                    std::to_string(opts.max_batch_events) + ", the peer commits at most " +
                                    std::to_string(bench::kJournalMaxBatchEvents) +
                                    ": keep bench/common/journal_append.hpp in step");
+  if (opts.writer_connections != static_cast<unsigned>(bench::kPgWriterConnections))
+    bench::journal_fail(kSide, "PostgresJournalOptions::writer_connections defaults to " +
+                                   std::to_string(opts.writer_connections) + ", the peer writes through " +
+                                   std::to_string(bench::kPgWriterConnections) +
+                                   ": keep bench/common/journal_append.hpp in step");
   auto opened = troupe::PostgresJournal::open(opts);
   if (!opened.ok()) bench::journal_fail(kSide, "open PostgresJournal: " + opened.error().message());
   measure(std::move(*opened), entities, std::string(bench::kJournalPgPrefix) + std::to_string(entities),

@@ -26,8 +26,10 @@
 //    kJournalMaxBatchEvents events, the journal's max_batch_events) and
 //    commits it as one transaction; an entity's next append is pending as
 //    soon as the commit of its previous one returned;
-//  - the same number of write connections, kPgWriterConnections (one
-//    today: PostgresJournal has one writer connection), one thread each;
+//  - the same number of write connections, kPgWriterConnections
+//    (PostgresJournal's writer lanes), one thread each; any writer takes
+//    any pending entity (the journal pins each id to one lane, which can
+//    only leave a lane idle, never help it);
 //  - done the efficient way: one prepared statement,
 //      INSERT INTO events (...) SELECT * FROM unnest($1::bytea[], $2::int8[], ...)
 //    whose six parameters are binary arrays holding the whole batch, run
