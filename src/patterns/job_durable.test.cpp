@@ -347,6 +347,7 @@ class UnreadableJournal final : public troupe::Journal {
     done(troupe::Error(ErrorCode::journal_failed, "I/O error"));
   }
   void raise_fence(std::string, std::uint64_t, Callback<void> done) override { done({}); }
+  void highest_fence(Callback<std::uint64_t> done) override { done(std::uint64_t{0}); }
   std::string_view name() const noexcept override { return "unreadable"; }
 };
 

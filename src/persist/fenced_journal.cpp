@@ -149,6 +149,12 @@ void FencedJournal::raise_fence(std::string key, std::uint64_t value, Callback<v
   }));
 }
 
+void FencedJournal::highest_fence(Callback<std::uint64_t> done) {
+  // Not gated: it reads what every owner raised, this one's fence included
+  // or not.
+  state_->inner->highest_fence(std::move(done));
+}
+
 std::string_view FencedJournal::name() const noexcept { return state_->inner->name(); }
 
 const Fence& FencedJournal::fence() const noexcept { return state_->fence; }

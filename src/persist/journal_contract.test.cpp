@@ -229,6 +229,14 @@ TEST_P(JournalContract, a_fence_never_goes_down_and_bad_fences_are_invalid_argum
   }
 }
 
+TEST_P(JournalContract, highest_fence_is_the_highest_raised_under_any_key) {
+  EXPECT_EQ(*js::highest_fence(j()), 0u);
+  ASSERT_TRUE(js::raise_fence(j(), "a/1", 7).ok());
+  ASSERT_TRUE(js::raise_fence(j(), "a/2", 3).ok());
+  EXPECT_FALSE(js::raise_fence(j(), "a/1", 5).ok());
+  EXPECT_EQ(*js::highest_fence(j()), 7u);
+}
+
 TEST_P(JournalContract, a_refused_fenced_append_fails_only_its_own_batch_among_appends_in_flight) {
   // proves: E9
   ASSERT_TRUE(js::raise_fence(j(), "s", 2).ok());

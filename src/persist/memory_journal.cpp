@@ -155,6 +155,15 @@ void MemoryJournal::raise_fence(std::string key, std::uint64_t value, Callback<v
   done(std::move(r));
 }
 
+void MemoryJournal::highest_fence(Callback<std::uint64_t> done) {
+  std::uint64_t h = 0;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [key, value] : fences_) h = std::max(h, value);
+  }
+  done(h);
+}
+
 void MemoryJournal::load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) {
   std::optional<SnapshotRecord> s;
   {

@@ -191,6 +191,13 @@ struct CoordinatorSettings {
   std::function<void(CoordinatorLogLevel, std::string_view)> log;
   // The live members changed (ids or addresses): the new list, sorted by id.
   std::function<void(const std::vector<Member>&)> on_members_changed;
+  // The highest fence the node's journal stores (Journal::highest_fence),
+  // asked before each registration on the coordinator thread. Registering
+  // brings at least this as the highest epoch seen, so the epochs drawn
+  // after Redis lost its data stay above every fence a shard's owner ever
+  // raised: no stale writer gets in, no new owner is locked out (SPEC E9).
+  // Empty: only the epochs this node has seen.
+  std::function<std::uint64_t()> epoch_floor;
   // This node lost its lease: stop everything that needs ownership. Every
   // served unit also gets Reconciler::stop.
   std::function<void()> on_fenced;

@@ -51,6 +51,7 @@ class FencedJournal final : public Journal {
   void recover(std::string persistence_id, Callback<Recovery> done) override;
   // Raises another fence on the inner journal, once this view's is stored.
   void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
+  void highest_fence(Callback<std::uint64_t> done) override;
   std::string_view name() const noexcept override;
 
   const Fence& fence() const noexcept;

@@ -141,6 +141,11 @@ class Journal {
   // already stored succeeds.
   virtual void raise_fence(std::string key, std::uint64_t value, Callback<void> done) = 0;
 
+  // The highest fence stored under any key (0 for none). A cluster whose
+  // epochs start over (Redis lost its data) draws new ones above it, so no
+  // new owner is locked out by an old fence.
+  virtual void highest_fence(Callback<std::uint64_t> done) = 0;
+
   // A short name for logs and metrics ("memory", "sqlite").
   virtual std::string_view name() const noexcept = 0;
 };
@@ -180,6 +185,9 @@ inline Result<std::optional<SnapshotRecord>> load_snapshot(Journal& j, std::stri
 }
 inline Result<void> raise_fence(Journal& j, std::string key, std::uint64_t value) {
   return wait_for<void>([&](auto cb) { j.raise_fence(std::move(key), value, std::move(cb)); });
+}
+inline Result<std::uint64_t> highest_fence(Journal& j) {
+  return wait_for<std::uint64_t>([&](auto cb) { j.highest_fence(std::move(cb)); });
 }
 inline Result<Recovery> recover(Journal& j, std::string id) {
   return wait_for<Recovery>([&](auto cb) { j.recover(std::move(id), std::move(cb)); });

@@ -33,6 +33,7 @@ class MemoryJournal final : public Journal {
   void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) override;
   void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
   void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
+  void highest_fence(Callback<std::uint64_t> done) override;
   std::string_view name() const noexcept override { return "memory"; }
 
   // Test controls.

@@ -90,6 +90,7 @@ class PostgresJournal final : public Journal {
   void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
   void recover(std::string persistence_id, Callback<Recovery> done) override;
   void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
+  void highest_fence(Callback<std::uint64_t> done) override;
   std::string_view name() const noexcept override { return "postgres"; }
 
   // Counters for metrics and tests (monotonic, thread-safe).

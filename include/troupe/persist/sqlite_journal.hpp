@@ -69,6 +69,7 @@ class SqliteJournal final : public Journal {
   void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
   void recover(std::string persistence_id, Callback<Recovery> done) override;
   void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
+  void highest_fence(Callback<std::uint64_t> done) override;
   std::string_view name() const noexcept override { return "sqlite"; }
 
   // Counters for metrics and benchmarks (monotonic, thread-safe).

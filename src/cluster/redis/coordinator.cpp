@@ -694,6 +694,7 @@ void Coordinator::Impl::send_beat() {
   if (phase_ != Phase::running && phase_ != Phase::stopping && phase_ != Phase::starting) return;
   beat_in_flight_ = true;
   bool registering = fenced_ || !registered_ || phase_ == Phase::starting;
+  if (registering && s_.epoch_floor) note_epoch(s_.epoch_floor());
   TimePoint sent = steady_now();
   eval(Script::heartbeat,
        {s_.node_id, session_, s_.address.host, std::to_string(s_.address.port),

@@ -310,6 +310,7 @@ Sql::Sql(const std::string& s) {
             "(SELECT deleted_to FROM " + s + ".deletions WHERE persistence_id = $1)";
   snapshot = "SELECT seq, timestamp_ms, type, version, payload FROM " + s + ".snapshots "
              "WHERE persistence_id = $1 ORDER BY seq DESC LIMIT 1";
+  highest_fence = "SELECT coalesce(max(fence), 0) FROM " + s + ".fences";
 }
 
 std::vector<Sql::Prepared> Sql::writer_statements() const {
@@ -319,7 +320,8 @@ std::vector<Sql::Prepared> Sql::writer_statements() const {
 }
 
 std::vector<Sql::Prepared> Sql::reader_statements() const {
-  return {{kRecover, &recover}, {kReplay, &replay}, {kHighest, &highest}, {kSnapshot, &snapshot}};
+  return {{kRecover, &recover},   {kReplay, &replay}, {kHighest, &highest},
+          {kSnapshot, &snapshot}, {kHighestFence, &highest_fence}};
 }
 
 Result<void> prepare_all(PGconn* c, const std::vector<Sql::Prepared>& statements) {

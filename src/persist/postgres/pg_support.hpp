@@ -137,7 +137,7 @@ struct Sql {
   std::string append, check_fences, insert_snapshots, prune_snapshots, delete_to, highest_many, verify;
   std::string raise_fence, bump_fence;
   // Readers (prepared on every reader connection).
-  std::string recover, replay, highest, snapshot;
+  std::string recover, replay, highest, snapshot, highest_fence;
 
   static constexpr const char* kAppend = "troupe_append";
   static constexpr const char* kCheckFences = "troupe_check_fences";
@@ -150,6 +150,7 @@ struct Sql {
   static constexpr const char* kReplay = "troupe_replay";
   static constexpr const char* kHighest = "troupe_highest";
   static constexpr const char* kSnapshot = "troupe_snapshot";
+  static constexpr const char* kHighestFence = "troupe_highest_fence";
 
   struct Prepared {
     const char* name;

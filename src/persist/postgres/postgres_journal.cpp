@@ -36,6 +36,7 @@ class PgReader {
   Result<std::uint64_t> highest_seq(const std::string& id);
   Result<std::optional<SnapshotRecord>> load_snapshot(const std::string& id);
   Result<Recovery> recover(const std::string& id);
+  Result<std::uint64_t> highest_fence();
 
  private:
   // Runs prepared statement `name` with `params` and hands its result to
@@ -338,6 +339,11 @@ Result<Recovery> PgReader::recover(const std::string& id) {
   });
 }
 
+Result<std::uint64_t> PgReader::highest_fence() {
+  return query<std::uint64_t>(Sql::kHighestFence, Params(), "read the highest fence",
+                              [](const PGresult* r) { return mark(r, 0, 0, "", "the highest fence"); });
+}
+
 // --- the public object ---------------------------------------------------------------
 
 Result<std::shared_ptr<PostgresJournal>> PostgresJournal::open(PostgresJournalOptions options) {
@@ -420,6 +426,10 @@ void PostgresJournal::recover(std::string persistence_id, Callback<Recovery> don
     if (rec) core->hint(id, rec->highest_seq);
     return rec;
   });
+}
+
+void PostgresJournal::highest_fence(Callback<std::uint64_t> done) {
+  impl_->core->read(std::move(done), [](PgReader& r) { return r.highest_fence(); });
 }
 
 PostgresJournal::Stats PostgresJournal::stats() const { return impl_->core->stats(); }

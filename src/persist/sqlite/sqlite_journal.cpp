@@ -106,6 +106,7 @@ constexpr const char* kPruneSnapshots =
 constexpr const char* kSelectFence = "SELECT fence FROM fences WHERE key = ?1";
 constexpr const char* kUpsertFence =
     "INSERT INTO fences (key, fence) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET fence = excluded.fence";
+constexpr const char* kSelectHighestFence = "SELECT coalesce(max(fence), 0) FROM fences";
 constexpr const char* kSelectEvents =
     "SELECT seq, timestamp_ms, type, version, payload FROM events "
     "WHERE persistence_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq";
@@ -353,6 +354,7 @@ class SqliteCore : public std::enable_shared_from_this<SqliteCore> {
     Result<std::uint64_t> highest_seq(const std::string& id);
     Result<std::optional<SnapshotRecord>> load_snapshot(const std::string& id);
     Result<Recovery> recover(const std::string& id);
+    Result<std::uint64_t> highest_fence();
 
    private:
     struct Highest {
@@ -370,7 +372,7 @@ class SqliteCore : public std::enable_shared_from_this<SqliteCore> {
 
     const SqliteCore& core_;
     Connection db_;
-    Stmt begin_, commit_, rollback_, events_, snapshot_, highest_;
+    Stmt begin_, commit_, rollback_, events_, snapshot_, highest_, highest_fence_;
   };
 
   using ReadTask = detail::ReaderPool<Reader>::Task;
@@ -541,6 +543,7 @@ Result<void> SqliteCore::Reader::open() {
   } const statements[] = {
       {&begin_, "BEGIN"},           {&commit_, "COMMIT"},          {&rollback_, "ROLLBACK"},
       {&events_, kSelectEvents},    {&snapshot_, kSelectSnapshot}, {&highest_, kSelectHighest},
+      {&highest_fence_, kSelectHighestFence},
   };
   for (const auto& st : statements)
     if (auto r = prepare(db_.get(), path, st.sql, *st.stmt); !r) return r;
@@ -887,6 +890,13 @@ Result<std::optional<SnapshotRecord>> SqliteCore::Reader::load_snapshot(const st
   return read_snapshot(id);
 }
 
+Result<std::uint64_t> SqliteCore::Reader::highest_fence() {
+  sqlite3_stmt* s = highest_fence_.get();
+  ResetOnExit reset(s);
+  if (sqlite3_step(s) != SQLITE_ROW) return failed(core_.path(), "read the highest fence", db_.get());
+  return static_cast<std::uint64_t>(std::max<sqlite3_int64>(0, sqlite3_column_int64(s, 0)));
+}
+
 Result<Recovery> SqliteCore::Reader::recover(const std::string& id) {
   // One read transaction: the snapshot, the events after it and the highest
   // number all come from the same committed state.
@@ -986,6 +996,10 @@ void SqliteJournal::load_snapshot(std::string persistence_id, Callback<std::opti
 void SqliteJournal::recover(std::string persistence_id, Callback<Recovery> done) {
   impl_->core->read(read_task(*impl_->core, std::move(done),
                               [id = std::move(persistence_id)](SqliteCore::Reader& r) { return r.recover(id); }));
+}
+
+void SqliteJournal::highest_fence(Callback<std::uint64_t> done) {
+  impl_->core->read(read_task(*impl_->core, std::move(done), [](SqliteCore::Reader& r) { return r.highest_fence(); }));
 }
 
 SqliteJournal::Stats SqliteJournal::stats() const { return impl_->core->stats(); }
