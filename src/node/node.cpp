@@ -98,6 +98,7 @@ class MeteredJournal final : public Journal {
   void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override {
     inner_->raise_fence(std::move(key), value, std::move(done));
   }
+  void highest_fence(Callback<std::uint64_t> done) override { inner_->highest_fence(std::move(done)); }
   std::string_view name() const noexcept override { return inner_->name(); }
 
   // Group commits of the back end, when it reports them: {transactions, events}.
@@ -652,6 +653,10 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
     PostgresJournalOptions o;
     o.conninfo = c.journal.postgres;
     o.schema = c.journal.schema;
+    // This process writes as the node's next incarnation: a previous process
+    // of the same node that is still alive (paused, partitioned) can no
+    // longer write what it did not fence otherwise (SPEC E9).
+    o.owner = c.id;
     auto j = PostgresJournal::open(o);
     if (!j.ok()) return Error(j.error().code(), "journal.postgres: " + j.error().message());
     inner = std::move(*j);
@@ -675,6 +680,10 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
     cs.coordination.heartbeat_interval = c.cluster.heartbeat;
     cs.coordination.liveness_threshold = c.cluster.liveness_threshold;
     cs.coordination.takeover_margin = c.cluster.takeover_margin;
+    cs.coordination.epoch_floor = [journal = node->journal_] {
+      auto h = journal_sync::highest_fence(*journal);
+      return h.ok() ? *h : 0;
+    };
     cs.start_timeout = std::max<Duration>(c.cluster.liveness_threshold + c.cluster.takeover_margin + std::chrono::seconds(5),
                                           std::chrono::seconds(10));
     auto cl = cluster::Cluster::start(*node->system_, cs);

@@ -25,8 +25,13 @@
 // only then does the new owner start it. Commands that reach the old owner
 // meanwhile wait in its buffer and are forwarded to the new owner after the
 // release, in order. A node that loses its lease (self-fencing) stops its
-// shards at once, before any other node may take them over; the journal's
-// primary key (E7) refuses a second writer should one ever race.
+// shards at once, before any other node may take them over. That rests on
+// timing (a paused process does not stop itself), so the journal enforces
+// it too (SPEC E9): a shard's entities write through a FencedJournal with
+// fence "<type>/<shard>" at the placement epoch; the new owner raises the
+// fence before its first read, after which the journal refuses every append
+// of the old owner, which then stops. The primary key (E7) refuses a second
+// writer of one sequence number in any case.
 //
 // Failover (SPEC C1): when the owner dies or leaves while an ask is out to
 // it (its connection is lost, or membership removes it), the ask is either
@@ -85,6 +90,7 @@
 #include "troupe/cluster/remote.hpp"
 #include "troupe/core/detail/timer_service.hpp"
 #include "troupe/persist/entity.hpp"
+#include "troupe/persist/fenced_journal.hpp"
 
 namespace troupe::cluster {
 
@@ -99,6 +105,12 @@ constexpr std::uint64_t entity_hash(std::string_view id) noexcept {
 }
 constexpr std::uint32_t shard_of(std::string_view id, std::uint32_t shard_count) noexcept {
   return static_cast<std::uint32_t>(entity_hash(id) % shard_count);
+}
+
+// The fence a shard's owner writes under: key "<type>/<shard>", value the
+// placement epoch it holds the shard at (SPEC E9, journal.hpp).
+inline Fence shard_fence(const std::string& type, std::uint32_t shard, std::uint64_t epoch) {
+  return Fence{type + "/" + std::to_string(shard), epoch};
 }
 
 // Where shards live. Implemented over the Redis coordinator for a cluster
@@ -584,7 +596,14 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
   void open_host(Shard& sh, std::uint32_t s, std::uint64_t epoch) {
     EntitySettings es = settings.entity;
     es.shards = 1;
-    auto reg = EntityRegistry<B>::start(*system, journal, es, event_codecs, factory, snapshots);
+    // The shard's entities write under its placement epoch (SPEC E9): once a
+    // newer owner has raised the shard's fence, nothing they append is
+    // stored, however late this node wakes up. A directory without epochs
+    // (0) leaves the journal's primary key as the only guard (E7).
+    std::shared_ptr<Journal> writes =
+        epoch == 0 ? journal
+                   : std::shared_ptr<Journal>(FencedJournal::open(journal, shard_fence(settings.entity.type_name, s, epoch)));
+    auto reg = EntityRegistry<B>::start(*system, writes, es, event_codecs, factory, snapshots);
     if (!reg.ok()) {
       // Only shutting_down can happen here (settings were checked at start).
       sh.phase = Phase::unknown;

@@ -22,6 +22,7 @@
 
 #include "cluster_jobs_wire.hpp"
 #include "keeper.hpp"
+#include "troupe/persist/fenced_journal.hpp"
 
 namespace troupe::cluster {
 namespace {
@@ -216,9 +217,13 @@ struct Core : std::enable_shared_from_this<Core> {
 
   // --- hosting (keeper thread) ---
 
-  JobSettings shard_settings(std::uint32_t shard) {
+  JobSettings shard_settings(std::uint32_t shard, std::uint64_t epoch) {
     JobSettings s = settings;
     s.name = settings.name + "/" + std::to_string(shard);
+    // The shard's log is written under the placement epoch (SPEC E9): once a
+    // newer owner raised its fence, nothing this incarnation appends is
+    // stored, however late it wakes up.
+    s.journal = FencedJournal::open(settings.journal, Fence{"jobs/" + s.name, epoch});
     // Paused until start_shard has checked that placement still wants it
     // here (a hand-off or a fence may arrive while its log is read).
     s.start_paused = true;
@@ -279,7 +284,7 @@ struct Core : std::enable_shared_from_this<Core> {
       if (w == wanted.end() || w->second != epoch || stopped.load()) return;
       if (auto h = hosted.find(shard); h != hosted.end() && h->second.service) return;
     }
-    auto svc = JobService::start(*system, shard_settings(shard), translator, workers);
+    auto svc = JobService::start(*system, shard_settings(shard, epoch), translator, workers);
     std::unique_lock lk(mu);
     if (auto w = wanted.find(shard); svc.ok() && (w == wanted.end() || w->second != epoch || stopped.load())) {
       // Asked back while it started: it never ran a job here.

@@ -32,6 +32,7 @@
 #include "cluster_test_protocol.hpp"
 #include "node_process.hpp"
 #include "troupe/cluster/remote.hpp"
+#include "troupe/cluster/sharding.hpp"
 #include "troupe/persist/postgres_journal.hpp"
 
 #ifndef TROUPE_CLUSTER_TEST_NODE
@@ -433,6 +434,86 @@ TEST_F(ClusterProcesses, TwentyKillNineCyclesUnderLoadIdempotentCommandsSeeNoErr
       EXPECT_EQ(balance, std::to_string(ops.size())) << e << ": an op was stored twice or lost";
     }
   }
+}
+
+// proves: E9 (a stale owner that wakes up after a takeover cannot write)
+TEST_F(ClusterProcesses, AnOwnerFrozenPastTheThresholdWakesUpAndItsAppendsAreRefused) {
+  for (auto id : {"n1", "n2", "n3"}) start_node(id);
+  await_members();
+  // Two entities of one shard that n2 owns, both active there.
+  std::vector<std::string> mine;
+  std::uint32_t shard = 0;
+  for (int i = 0; i < 2000 && mine.size() < 2; ++i) {
+    std::string e = "f-" + std::to_string(i);
+    if (!mine.empty() && shard_of(e, 30) != shard) continue;
+    auto d = deposit("n1", e, 10s);
+    ASSERT_TRUE(d.ok()) << d.error().to_string();
+    auto w = where("n1", e, 10s);
+    ASSERT_TRUE(w.ok()) << w.error().to_string();
+    if (owner(w.value()) != "n2") continue;
+    if (mine.empty()) shard = shard_of(e, 30);
+    mine.push_back(e);
+  }
+  ASSERT_EQ(mine.size(), 2u) << "n2 owns no shard with two of the entities tried";
+  const std::string& written = mine[0];  // the new owner appends to it
+  const std::string& stale = mine[1];    // the frozen owner appends to it
+  ASSERT_TRUE(deposit("n2", stale, 10s).ok());  // balance 2, active on n2
+
+  // A stream of deposits to `stale` through n2, so that n2 is in the middle
+  // of appending (some queued in its journal lanes) when it freezes.
+  std::vector<Future<std::int64_t>> flood;
+  for (int i = 0; i < 400; ++i) {
+    flood.push_back(ctl("n2").ask<std::int64_t>([&](ReplyTo<std::int64_t> r) { return CtlDeposit{stale, 1, std::move(r)}; }, 60s));
+    if (i == 200) nodes["n2"]->pause();
+  }
+  const auto paused_at = std::chrono::steady_clock::now();
+  // The shard is taken over and written to.
+  for (;;) {
+    auto w = where("n1", written, 1s);
+    if (w.ok() && owner(w.value()) != "n2") break;
+    ASSERT_LT(std::chrono::steady_clock::now() - paused_at, 30s) << "the shard was never taken over";
+  }
+  auto d = deposit("n1", written, 10s);
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_EQ(d.value(), 2);
+  // The new owner recovers `stale` too, without writing to it.
+  auto w = where("n1", stale, 10s);
+  ASSERT_TRUE(w.ok()) << w.error().to_string();
+  EXPECT_NE(owner(w.value()), "n2");
+
+  // n2 wakes up, none the wiser, with deposits to `stale` half done.
+  nodes["n2"]->resume();
+  int answered = 0, fenced = 0, other = 0;
+  std::int64_t highest = 2;
+  for (auto& f : flood) {
+    auto r = f.get();
+    if (r.ok()) {
+      ++answered;
+      highest = std::max(highest, r.value());
+    } else if (r.error().code() == ErrorCode::journal_conflict &&
+               r.error().message().find("a newer owner has taken over") != std::string::npos) {
+      ++fenced;
+    } else {
+      ++other;
+    }
+  }
+  std::fprintf(stderr, "deposits through the frozen node: %d answered, %d refused by the fence, %d other errors\n",
+               answered, fenced, other);
+  // It did try: the journal refused its appends by their fence.
+  EXPECT_GE(fenced, 1) << "the frozen node never appended after waking up";
+  // The new owner's history of `stale` goes on unbroken: its next deposit
+  // lands on top of every acknowledged one, and nothing of n2's old
+  // incarnation was stored after the takeover (no incarnations interleaved).
+  auto next = deposit("n1", stale, 10s);
+  ASSERT_TRUE(next.ok()) << next.error().to_string();
+  EXPECT_GE(next.value(), highest + 1);
+  EXPECT_LE(next.value(), highest + 1 + other) << "an unacknowledged deposit was stored";
+  auto where_now = where("n1", stale, 10s);
+  ASSERT_TRUE(where_now.ok());
+  EXPECT_NE(owner(where_now.value()), "n2");
+  check_history();
+  std::map<std::string, std::int64_t> acked{{written, 2}, {stale, next.value()}};
+  check_acknowledged(acked);
 }
 
 // proves: E6

@@ -246,6 +246,10 @@ int main(int argc, char** argv) {
   timing("--margin-ms", cs.coordination.takeover_margin);
   timing("--sync-ms", cs.coordination.sync_interval);
   timing("--command-timeout-ms", cs.coordination.command_timeout);
+  cs.coordination.epoch_floor = [j = journal.value()] {
+    auto h = troupe::journal_sync::highest_fence(*j);
+    return h.ok() ? *h : 0;
+  };
   auto cluster = Cluster::start(system, cs);
   if (!cluster.ok()) {
     std::fprintf(stderr, "cluster_test_node %s: %s\n", id.c_str(), cluster.error().to_string().c_str());

@@ -67,6 +67,14 @@ class NodeProcess {
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  // SIGSTOP / SIGCONT: the process freezes as under a long GC pause or a VM
+  // freeze, and wakes up again, none the wiser.
+  void pause() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void resume() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
   // SIGTERM: graceful leave. True if it exited 0 within `bound`.
   bool terminate(std::chrono::seconds bound) {
     if (pid_ <= 0) return false;
