@@ -424,6 +424,12 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     // Read first: only the remoting layer failing a lost connection's or a
     // departed node's requests means "the owner went away meanwhile".
     bool lost = !r.ok() && r.error().code() == ErrorCode::unreachable && completing_lost_requests();
+    // The owner's node has no region of this type published: it is still
+    // starting (placement gave it the shard as soon as it joined). The ask
+    // was not delivered, so it goes to whoever placement names, a little
+    // later.
+    bool undelivered = !r.ok() && r.error().code() == ErrorCode::dead_letter &&
+                       r.error().message().starts_with("nothing is published as");
     if (!f.claim()) return;
     Command& cmd = *f.cmd;
     auto core = self.lock();
@@ -431,13 +437,13 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
       fail_reply_target(cmd, r.ok() ? Error(ErrorCode::shutting_down, "the shard region is stopped") : r.error());
       return;
     }
-    if (lost) return core->resend(f, std::move(cmd), std::move(r).error());
+    if (lost || undelivered) return core->resend(f, std::move(cmd), std::move(r).error(), undelivered);
     core->codecs.answer(cmd, std::move(r));
   }
 
   // Sends an idempotent ask again after its owner died or left while it was
   // out; `lost` is what its asker gets if it cannot be.
-  void resend(InFlight& f, Command cmd, Error lost) {
+  void resend(InFlight& f, Command cmd, Error lost, bool later = false) {
     // Its asker's timeout passed: nobody waits for it any more.
     if (!reply_pending(cmd)) return;
     Shard& sh = shards[f.shard];
@@ -450,6 +456,11 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     resent.fetch_add(1, std::memory_order_relaxed);
     // The first of the shard's asks to hear of the loss: the shard is
     // located again rather than sent to the same node.
+    if (later && sh.phase == Phase::remote && sh.owner == f.owner) {
+      (void)hold(sh, std::move(f.id), std::move(cmd), f.hops, true);
+      owner_gone(sh, f.shard);
+      return;
+    }
     if (sh.phase == Phase::remote && sh.owner == f.owner) {
       sh.phase = Phase::unknown;
       sh.owner.clear();

@@ -436,8 +436,11 @@ TEST_F(ClusterProcesses, TwentyKillNineCyclesUnderLoadIdempotentCommandsSeeNoErr
   }
 }
 
-// proves: E9 (a stale owner that wakes up after a takeover cannot write)
-TEST_F(ClusterProcesses, AnOwnerFrozenPastTheThresholdWakesUpAndItsAppendsAreRefused) {
+// E9 with real processes: a stale owner that wakes up after a takeover
+// stores nothing. Whether it gets to try an append before it fences itself
+// is a race it loses or wins by microseconds (both seen); the journal-level
+// proof that refuses such an append is the contract suite's fence tests.
+TEST_F(ClusterProcesses, AnOwnerFrozenPastTheThresholdStoresNothingAfterItWakesUp) {
   for (auto id : {"n1", "n2", "n3"}) start_node(id);
   await_members();
   // Two entities of one shard that n2 owns, both active there.
@@ -484,6 +487,7 @@ TEST_F(ClusterProcesses, AnOwnerFrozenPastTheThresholdWakesUpAndItsAppendsAreRef
   // n2 wakes up, none the wiser, with deposits to `stale` half done.
   nodes["n2"]->resume();
   int answered = 0, fenced = 0, other = 0;
+  std::string first_other;
   std::int64_t highest = 2;
   for (auto& f : flood) {
     auto r = f.get();
@@ -494,13 +498,13 @@ TEST_F(ClusterProcesses, AnOwnerFrozenPastTheThresholdWakesUpAndItsAppendsAreRef
                r.error().message().find("a newer owner has taken over") != std::string::npos) {
       ++fenced;
     } else {
-      ++other;
+      if (other++ == 0) first_other = r.error().to_string();
     }
   }
-  std::fprintf(stderr, "deposits through the frozen node: %d answered, %d refused by the fence, %d other errors\n",
-               answered, fenced, other);
-  // It did try: the journal refused its appends by their fence.
-  EXPECT_GE(fenced, 1) << "the frozen node never appended after waking up";
+  std::fprintf(stderr,
+               "deposits through the frozen node: %d answered, %d refused by the fence, %d other errors (first: %s)\n",
+               answered, fenced, other, first_other.c_str());
+  RecordProperty("refused_by_fence", fenced);
   // The new owner's history of `stale` goes on unbroken: its next deposit
   // lands on top of every acknowledged one, and nothing of n2's old
   // incarnation was stored after the takeover (no incarnations interleaved).
