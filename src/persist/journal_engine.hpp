@@ -84,7 +84,6 @@ class GroupCommit {
 
   // Appends answered with an error (monotonic).
   std::uint64_t append_failures() const noexcept { return append_failures_.load(std::memory_order_relaxed); }
-  std::size_t lanes() const noexcept { return lanes_.size(); }
   // The lane an operation on `key` runs on.
   std::size_t lane_of(const std::string& key) const noexcept;
 

@@ -48,7 +48,6 @@ class Writer final : public detail::JournalLane {
 
   // The first connection, made by open().
   Result<void> connect_now();
-  PGconn* connection() const noexcept { return conn_.get(); }
 
   void commit(std::span<detail::JournalWrite> ops, std::span<Result<void>> results) override;
 
