@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,8 +35,9 @@ std::optional<std::string> promtool_check(const std::string& text) {
   std::ofstream(in) << text;
   std::string cmd = "/usr/bin/promtool check metrics < " + in.string() + " > " + out.string() + " 2>&1";
   int rc = std::system(cmd.c_str());
-  std::ifstream f(out);
-  std::string said((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::ostringstream read;
+  read << std::ifstream(out).rdbuf();
+  std::string said = read.str();
   std::filesystem::remove(in);
   std::filesystem::remove(out);
   if (rc != 0 && said.empty()) said = "promtool exited with " + std::to_string(rc);
