@@ -3,13 +3,6 @@
 
 #include "system_impl.hpp"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TROUPE_CPU_RELAX() _mm_pause()
-#else
-#define TROUPE_CPU_RELAX() std::this_thread::yield()
-#endif
-
 namespace troupe::detail {
 
 namespace {
@@ -18,7 +11,9 @@ thread_local void* t_worker = nullptr;  // Scheduler::Worker* of the running wor
 
 // How long an idle worker keeps looking for work before it parks. Long
 // enough that a steady flow of messages never pays a wake-up syscall, short
-// enough that an idle system sleeps at once to a person's eye.
+// enough that an idle system sleeps at once to a person's eye. Between its
+// looks the worker yields its core (see search), so the spin costs nothing
+// to other threads ready to run there.
 constexpr auto kSpinFor = std::chrono::microseconds(200);
 // A `next` slot unchanged for this long belongs to a worker stuck in a long
 // handler: another worker may take it.
@@ -257,7 +252,13 @@ CellBase* Scheduler::search(Worker& w) noexcept {
       }
     }
     if (found || now - start >= kSpinFor) break;
-    for (int i = 0; i < 16; ++i) TROUPE_CPU_RELAX();
+    // The core goes to any other thread ready to run on it (sched_yield
+    // returns at once when there is none, so on an idle machine this is a
+    // plain spin). Without it, on a machine with more ready threads than
+    // cores (several nodes beside their database), every idle worker would
+    // hold its core for the whole spin while the threads that make the work
+    // it waits for -- another node, PostgreSQL -- wait for a core.
+    std::this_thread::yield();
   }
   // Leaving the search: pushes made while we searched skipped their wake-up
   // (a searcher would find the work). If we were the last searcher, that
