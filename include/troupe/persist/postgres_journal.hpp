@@ -27,8 +27,9 @@
 //
 // Reads (replay, recover, highest_seq, load_snapshot) run on
 // `reader_connections` threads with connections of their own, each one
-// prepared statement and one round trip; a recovery passes the highest seq
-// it saw to the id's lane. Layout and statements: doc/journal.md
+// prepared statement and one round trip; recoveries that wait for a busy
+// reader go together, up to 256 in one round trip. A recovery passes the
+// highest seq it saw to the id's lane. Layout and statements: doc/journal.md
 // ("PostgreSQL").
 //
 // A lost connection is re-established with back-off (reconnect_initial_ms,
@@ -59,7 +60,7 @@ struct PostgresJournalOptions {
   std::string conninfo;            // libpq connection string ("host=... port=... dbname=...")
   std::string schema = "public";   // schema holding the tables; created if missing
   std::size_t max_batch_events = 16384;  // per transaction and lane (a delete or snapshot counts as one)
-  unsigned writer_connections = 4;  // lanes: 1..64
+  unsigned writer_connections = 2;  // lanes: 1..64 (doc/journal.md says why 2)
   unsigned reader_connections = 2;
   // When set, this journal writes as the next incarnation of this owner
   // (usually the node's name): see "Fences" above.

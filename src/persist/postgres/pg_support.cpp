@@ -181,6 +181,54 @@ Outcome run_pipeline(PGconn* c, const std::vector<Call>& calls) {
   return out;
 }
 
+std::vector<Outcome> run_each(PGconn* c, const std::vector<Call>& calls) {
+  std::vector<Outcome> out(calls.size());
+  // Calls from `i` on get no answer: the connection is gone, or in a state
+  // only dropping it clears.
+  auto lost_from = [&](std::size_t i, const char* doing) {
+    const std::string message = std::string(doing) + ": " + trim(PQerrorMessage(c));
+    for (; i < out.size(); ++i) {
+      out[i] = Outcome();
+      out[i].lost = true;
+      out[i].message = message;
+    }
+    return std::move(out);
+  };
+  if (PQenterPipelineMode(c) != 1) return lost_from(0, "enter pipeline mode");
+  for (const Call& call : calls) {
+    if (PQsendQueryPrepared(c, call.name, call.params.size(), call.params.values(), call.params.lengths(),
+                            call.params.formats(), 1) != 1 ||
+        PQpipelineSync(c) != 1)
+      return lost_from(0, "send a statement");
+  }
+  // Each call's result, then a NULL, then its Sync's.
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    bool answered = false;
+    for (;;) {
+      PGresult* r = PQgetResult(c);
+      if (r == nullptr) {
+        if (PQstatus(c) == CONNECTION_BAD) return lost_from(i, "read a result");
+        continue;
+      }
+      if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+        PQclear(r);
+        break;
+      }
+      if (answered) {
+        PQclear(r);
+        continue;
+      }
+      out[i] = finish(c, r);
+      answered = true;
+    }
+    if (!answered) {
+      out[i].message = "no result from the server";
+    }
+  }
+  if (PQexitPipelineMode(c) != 1) return lost_from(0, "leave pipeline mode");
+  return out;
+}
+
 Error failed(std::string_view doing, const Outcome& o) {
   return Error(ErrorCode::journal_failed, "postgres journal: " + std::string(doing) + ": " + o.message +
                                               (o.sqlstate.empty() ? "" : " (SQLSTATE " + o.sqlstate + ")"));

@@ -117,6 +117,12 @@ struct Call {
 // (the transaction rolled back), or lost when the connection broke — then
 // the outcome of the transaction is not known.
 Outcome run_pipeline(PGconn* c, const std::vector<Call>& calls);
+// Sends `calls` in pipeline mode, each followed by a Sync of its own (so
+// each runs in its own implicit transaction and one failing aborts none of
+// the others), all in one round trip, and returns one Outcome per call, in
+// order, each holding its result. If the connection breaks, the calls not
+// yet answered get lost outcomes.
+std::vector<Outcome> run_each(PGconn* c, const std::vector<Call>& calls);
 
 Error failed(std::string_view doing, const Outcome& o);
 

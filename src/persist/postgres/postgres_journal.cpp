@@ -7,8 +7,10 @@
 #include "troupe/persist/postgres_journal.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -24,6 +26,8 @@ using namespace troupe::pg;
 
 namespace {
 Error closed_error() { return Error(ErrorCode::journal_failed, "postgres journal is closed"); }
+// Recoveries a reader sends in one round trip at most.
+constexpr std::size_t kRecoverBatch = 256;
 }  // namespace
 
 // One read connection; used by one reader thread at a time.
@@ -36,6 +40,8 @@ class PgReader {
   Result<std::uint64_t> highest_seq(const std::string& id);
   Result<std::optional<SnapshotRecord>> load_snapshot(const std::string& id);
   Result<Recovery> recover(const std::string& id);
+  // The recoveries of `ids`, in order, in one round trip.
+  std::vector<Result<Recovery>> recover_many(const std::vector<std::string>& ids);
   Result<std::uint64_t> highest_fence();
 
  private:
@@ -44,6 +50,10 @@ class PgReader {
   // lost: reads are safe to repeat. `doing` names the read in errors.
   template <class T, class Parse>
   Result<T> query(const char* name, const Params& params, const std::string& doing, Parse&& parse);
+  // The connection, opened again if it is (or was found) lost.
+  Result<PGconn*> connection();
+  // The recovery of `id` from the result of its recover statement.
+  Result<Recovery> parse_recovery(const PGresult* r, const std::string& id);
   // Reads kind-2 event rows from `first_row` on, checking that they run on
   // without a hole after the deletion mark.
   Result<void> read_events(const PGresult* r, int first_row, const std::string& id, std::uint64_t from,
@@ -85,6 +95,20 @@ class PostgresCore : public std::enable_shared_from_this<PostgresCore> {
     });
   }
 
+  // Recovers `id` on a reader. Recoveries that arrive while every reader is
+  // busy wait here, then go together, up to kRecoverBatch in one round trip:
+  // a burst of new entities (one recovery each) costs a few round trips,
+  // not one each, and a journal with a reader free adds no wait.
+  void recover(std::string id, Journal::Callback<Recovery> done) {
+    {
+      std::lock_guard lk(recover_mu_);
+      recoveries_.push_back({std::move(id), std::move(done)});
+      if (recover_tasks_ >= shared_.options.reader_connections) return;
+      ++recover_tasks_;
+    }
+    reads_->submit([this](PgReader* r) { recover_batch(r); });
+  }
+
   // A reader saw `highest` stored for `id`: the id's lane need not read it.
   void hint(const std::string& id, std::uint64_t highest) {
     lanes_[writes_->lane_of(id)]->hint(id, highest);
@@ -100,10 +124,53 @@ class PostgresCore : public std::enable_shared_from_this<PostgresCore> {
  private:
   Result<void> check_schema(PGconn* c);
 
+  struct PendingRecovery {
+    std::string id;
+    Journal::Callback<Recovery> done;
+  };
+  // Runs the recoveries waiting (up to kRecoverBatch) on reader `r`, or
+  // fails them when the journal is closed (r null); then leaves any more to
+  // a task at the back of the readers' queue, behind the other reads.
+  void recover_batch(PgReader* r) {
+    std::vector<PendingRecovery> batch;
+    {
+      std::lock_guard lk(recover_mu_);
+      const std::size_t n = std::min(recoveries_.size(), kRecoverBatch);
+      for (std::size_t i = 0; i < n; ++i) {
+        batch.push_back(std::move(recoveries_.front()));
+        recoveries_.pop_front();
+      }
+    }
+    if (r == nullptr) {
+      for (auto& p : batch) p.done(closed_error());
+    } else if (!batch.empty()) {
+      std::vector<std::string> ids;
+      ids.reserve(batch.size());
+      for (const auto& p : batch) ids.push_back(p.id);
+      auto results = r->recover_many(ids);
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        if (results[i]) hint(batch[i].id, results[i]->highest_seq);
+        batch[i].done(std::move(results[i]));
+      }
+    }
+    {
+      std::lock_guard lk(recover_mu_);
+      if (recoveries_.empty()) {
+        --recover_tasks_;
+        return;
+      }
+    }
+    reads_->submit([this](PgReader* next) { recover_batch(next); });
+  }
+
+
   Shared shared_;
   std::vector<Writer*> lanes_;  // owned by writes_
   std::unique_ptr<detail::GroupCommit> writes_;
   std::unique_ptr<detail::ReaderPool<PgReader>> reads_;
+  std::mutex recover_mu_;
+  std::deque<PendingRecovery> recoveries_;  // guarded by recover_mu_
+  unsigned recover_tasks_ = 0;  // guarded by recover_mu_: reader tasks queued or running for recoveries_
 };
 
 class PostgresJournal::Impl {
@@ -208,17 +275,23 @@ Result<void> PgReader::connect_now() {
 template <class T, class Parse>
 Result<T> PgReader::query(const char* name, const Params& params, const std::string& doing, Parse&& parse) {
   for (int attempt = 0;; ++attempt) {
-    if (!conn_ || PQstatus(conn_.get()) != CONNECTION_OK) {
-      conn_.reset();
-      auto c = shared_.connect(shared_.sql.reader_statements());
-      if (!c) return std::move(c).error();
-      conn_ = std::move(*c);
-      shared_.reconnects.fetch_add(1, std::memory_order_relaxed);
-    }
-    Outcome o = run_prepared(conn_.get(), name, params);
+    auto c = connection();
+    if (!c) return std::move(c).error();
+    Outcome o = run_prepared(*c, name, params);
     if (o.ok) return parse(o.res.get());
     if (!o.lost || attempt == 1) return failed(doing, o);
   }
+}
+
+Result<PGconn*> PgReader::connection() {
+  if (!conn_ || PQstatus(conn_.get()) != CONNECTION_OK) {
+    conn_.reset();
+    auto c = shared_.connect(shared_.sql.reader_statements());
+    if (!c) return std::move(c).error();
+    conn_ = std::move(*c);
+    shared_.reconnects.fetch_add(1, std::memory_order_relaxed);
+  }
+  return conn_.get();
 }
 
 namespace {
@@ -317,26 +390,62 @@ Result<std::optional<SnapshotRecord>> PgReader::load_snapshot(const std::string&
 Result<Recovery> PgReader::recover(const std::string& id) {
   Params p;
   p.bytes(id);
-  return query<Recovery>(Sql::kRecover, p, "recover " + printable(id), [&](const PGresult* r) -> Result<Recovery> {
-    Recovery rec;
-    int row = 0;
-    if (PQntuples(r) > 0 && row_kind(r, 0) == 0) {
-      SnapshotRecord snap;
-      if (auto ok = read_record(r, 0, 1, id, "snapshot", 0, snap); !ok) return std::move(ok).error();
-      rec.snapshot = std::move(snap);
-      row = 1;
+  return query<Recovery>(Sql::kRecover, p, "recover " + printable(id),
+                         [&](const PGresult* r) { return parse_recovery(r, id); });
+}
+
+std::vector<Result<Recovery>> PgReader::recover_many(const std::vector<std::string>& ids) {
+  if (ids.size() == 1) return {recover(ids.front())};
+  std::vector<Call> calls;
+  calls.reserve(ids.size());
+  for (const auto& id : ids) {
+    calls.push_back({Sql::kRecover, Params()});
+    calls.back().params.bytes(id);
+  }
+  std::vector<Result<Recovery>> out;
+  out.reserve(ids.size());
+  for (int attempt = 0;; ++attempt) {
+    auto c = connection();
+    if (!c) {
+      while (out.size() < ids.size()) out.emplace_back(c.error());
+      return out;
     }
-    if (row >= PQntuples(r) || row_kind(r, row) != 1)
-      return Error(ErrorCode::journal_failed, "postgres journal: recover " + printable(id) + ": unexpected result");
-    auto max_seq = mark(r, row, 1, id, "max(seq) of its events");
-    if (!max_seq) return std::move(max_seq).error();
-    auto deleted_to = mark(r, row, 4, id, "its deleted_to mark");
-    if (!deleted_to) return std::move(deleted_to).error();
-    rec.highest_seq = std::max(*max_seq, *deleted_to);
-    const std::uint64_t from = rec.snapshot ? rec.snapshot->seq + 1 : 1;
-    if (auto e = read_events(r, row + 1, id, from, *deleted_to, rec.events); !e) return std::move(e).error();
-    return rec;
-  });
+    std::vector<Outcome> answers = run_each(*c, calls);
+    const bool lost = std::any_of(answers.begin(), answers.end(), [](const Outcome& o) { return o.lost; });
+    if (lost && attempt == 0) {
+      conn_.reset();  // reads are safe to repeat: all of them again, on a new connection
+      continue;
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (answers[i].ok) {
+        out.push_back(parse_recovery(answers[i].res.get(), ids[i]));
+      } else {
+        out.emplace_back(failed("recover " + printable(ids[i]), answers[i]));
+      }
+    }
+    return out;
+  }
+}
+
+Result<Recovery> PgReader::parse_recovery(const PGresult* r, const std::string& id) {
+  Recovery rec;
+  int row = 0;
+  if (PQntuples(r) > 0 && row_kind(r, 0) == 0) {
+    SnapshotRecord snap;
+    if (auto ok = read_record(r, 0, 1, id, "snapshot", 0, snap); !ok) return std::move(ok).error();
+    rec.snapshot = std::move(snap);
+    row = 1;
+  }
+  if (row >= PQntuples(r) || row_kind(r, row) != 1)
+    return Error(ErrorCode::journal_failed, "postgres journal: recover " + printable(id) + ": unexpected result");
+  auto max_seq = mark(r, row, 1, id, "max(seq) of its events");
+  if (!max_seq) return std::move(max_seq).error();
+  auto deleted_to = mark(r, row, 4, id, "its deleted_to mark");
+  if (!deleted_to) return std::move(deleted_to).error();
+  rec.highest_seq = std::max(*max_seq, *deleted_to);
+  const std::uint64_t from = rec.snapshot ? rec.snapshot->seq + 1 : 1;
+  if (auto e = read_events(r, row + 1, id, from, *deleted_to, rec.events); !e) return std::move(e).error();
+  return rec;
 }
 
 Result<std::uint64_t> PgReader::highest_fence() {
@@ -420,12 +529,7 @@ void PostgresJournal::load_snapshot(std::string persistence_id, Callback<std::op
 }
 
 void PostgresJournal::recover(std::string persistence_id, Callback<Recovery> done) {
-  auto* core = impl_->core.get();
-  core->read(std::move(done), [core, id = std::move(persistence_id)](PgReader& r) {
-    auto rec = r.recover(id);
-    if (rec) core->hint(id, rec->highest_seq);
-    return rec;
-  });
+  impl_->core->recover(std::move(persistence_id), std::move(done));
 }
 
 void PostgresJournal::highest_fence(Callback<std::uint64_t> done) {

@@ -70,6 +70,71 @@ TEST(PostgresJournal, many_concurrent_appends_share_few_transactions) {
   EXPECT_EQ(seqs(*js::replay(*j, "g7")), range(1, 10));
 }
 
+TEST(PostgresJournal, recoveries_asked_at_once_each_get_their_own_history_and_a_corrupt_one_fails_alone) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  const std::string schema = troupe::test::fresh_schema();
+  auto j = open_journal(conninfo, schema);
+  // 60 ids with i % 7 + 1 events, every third of them with a snapshot at
+  // seq 1 and every fifth with its first event deleted; one corrupt id.
+  constexpr int kStored = 60, kEmpty = 400;
+  for (int i = 0; i < kStored; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    const auto last = static_cast<std::uint64_t>(i % 7 + 1);
+    ASSERT_TRUE(js::append(*j, batch(id, 1, last)).ok());
+    if (i % 3 == 0) {
+      troupe::SnapshotRecord snap{1, 5, "S", 1, "snap-" + id};
+      ASSERT_TRUE(js::save_snapshot(*j, id, snap).ok());
+    }
+    if (i % 5 == 0) {
+      ASSERT_TRUE(js::delete_up_to(*j, id, 1).ok());
+    }
+  }
+  ASSERT_TRUE(js::append(*j, batch("corrupt", 1, 2)).ok());
+  exec_sql(conninfo, "UPDATE \"" + schema + "\".events SET payload = NULL WHERE persistence_id = '\\x636f7272757074'");
+
+  // All at once: far more than the readers, so most wait and go in batches.
+  std::vector<std::string> ids;
+  for (int i = 0; i < kStored; ++i) ids.push_back("r" + std::to_string(i));
+  for (int i = 0; i < kEmpty; ++i) ids.push_back("none-" + std::to_string(i));
+  ids.insert(ids.begin() + kStored / 2, "corrupt");
+  std::vector<std::promise<Result<troupe::Recovery>>> answers(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    j->recover(ids[i], [&answers, i](Result<troupe::Recovery> r) { answers[i].set_value(std::move(r)); });
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    auto f = answers[k].get_future();
+    ASSERT_EQ(f.wait_for(30s), std::future_status::ready) << ids[k];
+    auto r = f.get();
+    const std::string& id = ids[k];
+    if (id == "corrupt") {
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.error().code(), ErrorCode::corrupt_record) << r.error().to_string();
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << id << ": " << r.error().to_string();
+    if (id.rfind("none-", 0) == 0) {
+      EXPECT_FALSE(r->snapshot.has_value()) << id;
+      EXPECT_TRUE(r->events.empty()) << id;
+      EXPECT_EQ(r->highest_seq, 0u) << id;
+      continue;
+    }
+    const int i = std::stoi(id.substr(1));
+    const auto last = static_cast<std::uint64_t>(i % 7 + 1);
+    EXPECT_EQ(r->highest_seq, last) << id;
+    if (i % 3 == 0) {
+      ASSERT_TRUE(r->snapshot.has_value()) << id;
+      EXPECT_EQ(r->snapshot->payload, "snap-" + id);
+      EXPECT_EQ(seqs(r->events), last >= 2 ? range(2, last) : range(1, 0)) << id;
+    } else {
+      EXPECT_FALSE(r->snapshot.has_value()) << id;
+      const std::uint64_t first = i % 5 == 0 ? 2 : 1;
+      EXPECT_EQ(seqs(r->events), last >= first ? range(first, last) : range(1, 0)) << id;
+    }
+  }
+  // The corrupt id's neighbours in its round trip were answered above; the
+  // journal goes on.
+  ASSERT_TRUE(js::append(*j, batch("r1", 3, 3)).ok());
+}
+
 TEST(PostgresJournal, a_conflict_fails_only_its_own_batch_in_a_shared_transaction) {
   const std::string conninfo = troupe::test::shared_postgres_conninfo();
   const std::string schema = troupe::test::fresh_schema();
