@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <variant>
 
 #include "cluster_test_protocol.hpp"
@@ -73,12 +74,19 @@ struct Ledger {
   std::uint64_t incarnation = 0;
   History* history = nullptr;
   Duration settle_timeout{};
+  std::string hold_marker;  // written with the entity's id when a Deposit holds
 
   Effect on_command(const State& s, Command& c, EntityContext<Ledger>& ctx) {
     return std::visit(
         [&](auto& m) -> Effect {
           using T = std::decay_t<decltype(m)>;
           if constexpr (std::is_same_v<T, Deposit>) {
+            if (m.hold_ms > 0) {
+              // Blocks this worker on purpose: the test freezes the node
+              // while this command is between its decision and its append.
+              std::ofstream(hold_marker, std::ios::trunc) << ctx.id() << "\n" << std::flush;
+              std::this_thread::sleep_for(std::chrono::milliseconds(m.hold_ms));
+            }
             std::int64_t amount = m.amount;
             return Effect::persist(Deposited{amount})
                 .then([this, &ctx, amount] {
@@ -155,7 +163,8 @@ struct Ctl : Actor<CtlMsg> {
           using T = std::decay_t<decltype(req)>;
           if constexpr (std::is_same_v<T, CtlDeposit>) {
             region.ask<std::int64_t>(
-                      req.entity, [a = req.amount](ReplyTo<std::int64_t> r) { return Deposit{a, std::move(r)}; },
+                      req.entity,
+                      [a = req.amount, h = req.hold_ms](ReplyTo<std::int64_t> r) { return Deposit{a, std::move(r), h}; },
                       std::chrono::seconds(20))
                 .then(forward_to(std::move(req.reply_to)));
           } else if constexpr (std::is_same_v<T, CtlWhere>) {
@@ -208,7 +217,8 @@ int main(int argc, char** argv) {
   int redis_port = std::atoi(arg(argc, argv, "--redis-port").c_str());
   std::string conninfo = arg(argc, argv, "--postgres");
   std::string schema = arg(argc, argv, "--schema");
-  History history(arg(argc, argv, "--history"));
+  const std::string history_path = arg(argc, argv, "--history");
+  History history(history_path);
   std::uint32_t shards = static_cast<std::uint32_t>(std::atoi(arg(argc, argv, "--shards", "30").c_str()));
   auto ms = [&](const char* name, const char* d) { return std::chrono::milliseconds(std::atoi(arg(argc, argv, name, d).c_str())); };
 
@@ -267,7 +277,8 @@ int main(int argc, char** argv) {
   auto region = ShardRegion<Ledger>::start(
       system, journal.value(), cluster.value()->remoting(), cluster.value()->directory(), rs, ledger_events(),
       ledger_commands(), [&](const std::string&) {
-        return Ledger{id, (static_cast<std::uint64_t>(getpid()) << 32) | ++incarnations, &history, settle};
+        return Ledger{id, (static_cast<std::uint64_t>(getpid()) << 32) | ++incarnations, &history, settle,
+                      history_path + ".holding"};
       });
   if (!region.ok()) {
     std::fprintf(stderr, "cluster_test_node %s: region: %s\n", id.c_str(), region.error().to_string().c_str());

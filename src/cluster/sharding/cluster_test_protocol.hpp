@@ -21,6 +21,10 @@ inline constexpr const char* kLedgerType = "ledger";
 struct Deposit {
   std::int64_t amount = 0;
   ReplyTo<std::int64_t> reply_to;
+  // When positive, the handler first marks the entity as held (see the
+  // node's --history) and sleeps this long, then persists: a node frozen
+  // meanwhile wakes up in the middle of this command, about to append.
+  std::int64_t hold_ms = 0;
 };
 struct Where {  // "<node> <balance>[ settling]"
   ReplyTo<std::string> reply_to;
@@ -101,10 +105,11 @@ inline EventCodecs<LedgerEvent> ledger_events() {
 inline MessageCodecs<LedgerCmd> ledger_commands() {
   MessageCodecs<LedgerCmd> c;
   (void)c.add<Deposit>(
-      "ledger.Deposit", [](const Deposit& m, ByteWriter& w) { w.i64(m.amount); },
+      "ledger.Deposit", [](const Deposit& m, ByteWriter& w) { w.i64(m.amount).i64(m.hold_ms); },
       [](ByteReader& r) -> Result<Deposit> {
         Deposit m;
         m.amount = r.i64();
+        m.hold_ms = r.i64();
         return r.finish(std::move(m));
       },
       codec::i64, codec::i64_back);
@@ -132,6 +137,7 @@ struct CtlDeposit {
   std::string entity;
   std::int64_t amount = 0;
   ReplyTo<std::int64_t> reply_to;
+  std::int64_t hold_ms = 0;  // Deposit::hold_ms
 };
 struct CtlWhere {
   std::string entity;
@@ -158,11 +164,12 @@ using CtlMsg = std::variant<CtlDeposit, CtlWhere, CtlSettle, CtlRebalance, CtlSt
 inline MessageCodecs<CtlMsg> ctl_codecs() {
   MessageCodecs<CtlMsg> c;
   (void)c.add<CtlDeposit>(
-      "ctl.Deposit", [](const CtlDeposit& m, ByteWriter& w) { w.str(m.entity).i64(m.amount); },
+      "ctl.Deposit", [](const CtlDeposit& m, ByteWriter& w) { w.str(m.entity).i64(m.amount).i64(m.hold_ms); },
       [](ByteReader& r) -> Result<CtlDeposit> {
         CtlDeposit m;
         m.entity = r.str();
         m.amount = r.i64();
+        m.hold_ms = r.i64();
         return r.finish(std::move(m));
       },
       codec::i64, codec::i64_back);
