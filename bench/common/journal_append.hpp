@@ -45,7 +45,7 @@ inline constexpr std::size_t kJournalMaxBatchEvents = 16384;
 // include/troupe/persist/postgres_journal.hpp; its reader connections play
 // no part in appending). The raw peer writes through as many. Keep in step
 // with the journal.
-inline constexpr int kPgWriterConnections = 2;
+inline constexpr int kPgWriterConnections = 1;
 // The libpq connection string of the database a journal_append_pg_N process
 // writes; bench/run sets it (see bench/peers/README.md, "PostgreSQL").
 inline constexpr const char* kPgConninfoEnv = "TROUPE_BENCH_PG_CONNINFO";

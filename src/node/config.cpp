@@ -197,6 +197,10 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     if (schema.empty() || schema.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos)
       return fail(bad("journal.schema: \"" + schema + "\" must be lower-case letters, digits and '_'"));
     c.journal.schema = schema;
+    TROUPE_TRY(writers, r.integer("writer_connections", c.journal.writer_connections, 1, 64));
+    c.journal.writer_connections = static_cast<unsigned>(writers);
+    TROUPE_TRY(readers, r.integer("reader_connections", c.journal.reader_connections, 1, 64));
+    c.journal.reader_connections = static_cast<unsigned>(readers);
     if (backend == "postgres" && pg.empty())
       return fail(bad("journal.postgres: the postgres back end needs a connection string"));
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());

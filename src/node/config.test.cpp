@@ -46,6 +46,8 @@ port = 9000
 [journal]
 backend = "postgres"
 postgres = "host=127.0.0.1 port=5433 dbname=troupe"
+writer_connections = 1
+reader_connections = 3
 [cluster]
 redis = "10.0.0.5:6380"
 listen_port = 7200
@@ -67,6 +69,8 @@ shard_count = 32
   EXPECT_EQ(c->admin.host, "0.0.0.0");
   EXPECT_EQ(c->admin.port, 9000);
   EXPECT_EQ(c->journal.backend, "postgres");
+  EXPECT_EQ(c->journal.writer_connections, 1u);
+  EXPECT_EQ(c->journal.reader_connections, 3u);
   EXPECT_TRUE(c->cluster.enabled);
   EXPECT_EQ(c->cluster.redis_host, "10.0.0.5");
   EXPECT_EQ(c->cluster.redis_port, 6380);
@@ -92,6 +96,10 @@ TEST(NodeConfig, AWrongTypeNamesTheSettingAndBothTypes) {
 
 TEST(NodeConfig, OutOfRangeAndUnusableValuesAreRefused) {
   EXPECT_EQ(error_of("[admin]\nport = 70000\n"), "node.toml: admin.port: 70000 is out of range (0 to 65535)");
+  EXPECT_EQ(error_of("[journal]\nwriter_connections = 0\n"),
+            "node.toml: journal.writer_connections: 0 is out of range (1 to 64)");
+  EXPECT_EQ(error_of("[journal]\nreader_connections = 65\n"),
+            "node.toml: journal.reader_connections: 65 is out of range (1 to 64)");
   EXPECT_EQ(error_of("[journal]\nbackend = \"mysql\"\n"),
             "node.toml: journal.backend: expected one of sqlite, postgres, memory, got \"mysql\"");
   EXPECT_EQ(error_of("[journal]\nbackend = \"postgres\"\n"),

@@ -653,6 +653,8 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
     PostgresJournalOptions o;
     o.conninfo = c.journal.postgres;
     o.schema = c.journal.schema;
+    if (c.journal.writer_connections != 0) o.writer_connections = c.journal.writer_connections;
+    if (c.journal.reader_connections != 0) o.reader_connections = c.journal.reader_connections;
     // This process writes as the node's next incarnation: a previous process
     // of the same node that is still alive (paused, partitioned) can no
     // longer write what it did not fence otherwise (SPEC E9).

@@ -86,13 +86,15 @@ class SqliteUnderTest final : public JournalUnderTest {
 };
 
 // A fresh schema on the shared test server (postgres_test_server.hpp), so
-// each test sees only its own rows.
+// each test sees only its own rows. `lanes` writer connections: the default
+// one, or several, where ids and fence keys spread over lanes.
 class PostgresUnderTest final : public JournalUnderTest {
  public:
-  PostgresUnderTest() {
+  explicit PostgresUnderTest(unsigned lanes) {
     troupe::PostgresJournalOptions options;
     options.conninfo = troupe::test::shared_postgres_conninfo();
     options.schema = troupe::test::fresh_schema();
+    options.writer_connections = lanes;
     auto j = troupe::PostgresJournal::open(options);
     if (!j.ok()) throw std::runtime_error(j.error().to_string());
     journal_ = std::move(*j);
@@ -115,7 +117,8 @@ std::vector<BackEnd> back_ends() {
   return {
       {"memory", [] { return std::make_unique<MemoryUnderTest>(); }},
       {"sqlite", [] { return std::make_unique<SqliteUnderTest>(); }},
-      {"postgres", [] { return std::make_unique<PostgresUnderTest>(); }},
+      {"postgres", [] { return std::make_unique<PostgresUnderTest>(troupe::PostgresJournalOptions().writer_connections); }},
+      {"postgres_4_lanes", [] { return std::make_unique<PostgresUnderTest>(4); }},
   };
 }
 

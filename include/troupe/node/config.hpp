@@ -93,6 +93,9 @@ struct JournalConfig {
   std::string path = "journal.db";
   std::string postgres;  // libpq connection string
   std::string schema = "public";  // postgres: the schema holding the tables
+  // postgres: connections; 0 keeps PostgresJournalOptions' defaults.
+  unsigned writer_connections = 0;
+  unsigned reader_connections = 0;
 };
 
 struct ClusterConfig {

@@ -60,7 +60,7 @@ struct PostgresJournalOptions {
   std::string conninfo;            // libpq connection string ("host=... port=... dbname=...")
   std::string schema = "public";   // schema holding the tables; created if missing
   std::size_t max_batch_events = 16384;  // per transaction and lane (a delete or snapshot counts as one)
-  unsigned writer_connections = 2;  // lanes: 1..64 (doc/journal.md says why 2)
+  unsigned writer_connections = 1;  // lanes: 1..64 (doc/journal.md says how many)
   unsigned reader_connections = 2;
   // When set, this journal writes as the next incarnation of this owner
   // (usually the node's name): see "Fences" above.
