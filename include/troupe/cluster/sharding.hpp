@@ -455,13 +455,14 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     }
     resent.fetch_add(1, std::memory_order_relaxed);
     // The first of the shard's asks to hear of the loss: the shard is
-    // located again rather than sent to the same node.
-    if (later && sh.phase == Phase::remote && sh.owner == f.owner) {
-      (void)hold(sh, std::move(f.id), std::move(cmd), f.hops, true);
-      owner_gone(sh, f.shard);
-      return;
-    }
+    // located again rather than sent to the same node. A node still
+    // starting (`later`) most likely still owns it: located after a pause.
     if (sh.phase == Phase::remote && sh.owner == f.owner) {
+      if (later) {
+        (void)hold(sh, std::move(f.id), std::move(cmd), f.hops, true);
+        owner_gone(sh, f.shard);
+        return;
+      }
       sh.phase = Phase::unknown;
       sh.owner.clear();
     }

@@ -163,7 +163,6 @@ class PostgresCore : public std::enable_shared_from_this<PostgresCore> {
     reads_->submit([this](PgReader* next) { recover_batch(next); });
   }
 
-
   Shared shared_;
   std::vector<Writer*> lanes_;  // owned by writes_
   std::unique_ptr<detail::GroupCommit> writes_;
