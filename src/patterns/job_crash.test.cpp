@@ -120,11 +120,12 @@ class JobCrash : public ::testing::Test {
     }
   }
 
-  // Starts the service with kJobs jobs and kills it at the n-th `what`
-  // line; that line's job.
-  std::uint64_t kill_at(const std::string& what, std::size_t n) {
+  // Starts the service with kJobs jobs and kills it `after` the n-th
+  // `what` line; that line's job.
+  std::uint64_t kill_at(const std::string& what, std::size_t n, Steady::duration after) {
     start(kJobs);
     std::uint64_t id = await_nth(what, n);
+    std::this_thread::sleep_for(after);
     node->kill9();
     EXPECT_EQ(count("accepted"), static_cast<std::size_t>(kJobs)) << "killed before every job was accepted";
     EXPECT_EQ(count("outcome"), n - 1) << "outcomes stored before the kill";
@@ -176,7 +177,9 @@ class JobCrash : public ::testing::Test {
 // the restart; the ones already finished do not.
 // proves: J6
 TEST_F(JobCrash, AServiceKilledWhileAJobRunsLosesNoAcceptedJobAndRunsNoFinishedJobAgain) {
-  std::uint64_t running = kill_at("start", 3);
+  // 100 ms into its 300 ms of work, when the previous job's outcome, decided
+  // before this job started, has surely been stored and reported.
+  std::uint64_t running = kill_at("start", 3, 100ms);
   ASSERT_NE(running, 0u);
   for (auto& l : lines())
     ASSERT_FALSE(l.what == "done" && l.id == running) << "the kill came after job " << running << "'s work";
@@ -188,7 +191,7 @@ TEST_F(JobCrash, AServiceKilledWhileAJobRunsLosesNoAcceptedJobAndRunsNoFinishedJ
 // once); those whose outcome was stored do not.
 // proves: J6
 TEST_F(JobCrash, AServiceKilledAfterAJobsWorkButBeforeItsOutcomeIsStoredRunsThatJobAgainAndNoStoredJob) {
-  std::uint64_t finished = kill_at("done", 3);
+  std::uint64_t finished = kill_at("done", 3, 0ms);  // 300 ms before its outcome is given
   ASSERT_NE(finished, 0u);
   for (auto& l : lines())
     ASSERT_FALSE(l.what == "outcome" && l.id == finished) << "the kill came after job " << finished << "'s outcome was stored";
