@@ -86,12 +86,13 @@ TEST_F(RedisCoordinatorTest, ANodeCutOffFromRedisFencesBeforeAPeerCanTakeOverAnd
 
 // Redis itself goes away for about ten seconds, with the default ratio of
 // heartbeat : threshold : margin (1 : 5 : 1, here 200 ms : 1 s : 200 ms).
-// Every node fences; one crashes meanwhile. When Redis returns the others
-// come back with their own units (nobody takes a survivor's units: a node
-// takes over only after being registered for threshold + margin), and the
-// crashed node's units move to a live node exactly once.
+// Every node fences; one node's coordinator is destroyed meanwhile, in this
+// process, without leaving (as a crash looks to Redis). When Redis returns
+// the others come back with their own units (nobody takes a survivor's
+// units: a node takes over only after being registered for threshold +
+// margin), and the destroyed node's units move to a live node exactly once.
 // proves: W2, W7
-TEST_F(RedisCoordinatorTest, RedisStoppedForTenSecondsFencesEveryNodeAndMovesOnlyACrashedNodesUnits) {
+TEST_F(RedisCoordinatorTest, RedisStoppedForTenSecondsFencesEveryNodeAndMovesOnlyTheUnitsOfANodeDestroyedMeanwhile) {
   auto ratio = [&](const std::string& id) {
     auto s = settings(id);
     s.heartbeat_interval = 200ms;
@@ -130,7 +131,7 @@ TEST_F(RedisCoordinatorTest, RedisStoppedForTenSecondsFencesEveryNodeAndMovesOnl
       wait_until([&] { return a.rec->running_now().size() >= 4 && b.rec->running_now().size() >= 4; }));
   for (const auto& [unit, epoch] : a_units) EXPECT_EQ(a.rec->running_now().at(unit), epoch) << unit;
   for (const auto& [unit, epoch] : b_units) EXPECT_EQ(b.rec->running_now().at(unit), epoch) << unit;
-  // The crashed node's units: once each, on a or b, after the survivors had
+  // The destroyed node's units: once each, on a or b, after the survivors had
   // been registered again for threshold + margin.
   ASSERT_TRUE(
       wait_until([&] { return a.rec->running_now().size() + b.rec->running_now().size() == 12; }, 10s));

@@ -654,8 +654,7 @@ class Host final : public Actor<HostMsg> {
           } else if constexpr (std::is_same_v<T, Located>) {
             located(x);
           } else if constexpr (std::is_same_v<T, NodeLeft>) {
-            for (auto& [shard, h] : shards_)
-              if (h.awaiting.erase(x.node)) maybe_open(shard, h);
+            node_left(x.node);
           } else if constexpr (std::is_same_v<T, QueryDone>) {
             query_done(x.shard, x.epoch);
           } else {
@@ -671,13 +670,21 @@ class Host final : public Actor<HostMsg> {
     for (auto& [shard, h] : shards_) close(shard, h);
     shards_.clear();
     for (auto& [shard, q] : unstarted_)
-      for (auto& a : q) deny_retry(a.first, a.second, {});
+      for (auto& w : q) deny_retry(w.from, w.acquire, {});
     unstarted_.clear();
     core_.reset();  // as Client::on_stop
   }
 
  private:
   enum class Phase { querying, grace, open };
+  // A request held until its shard opens here. `arrived` is counted in the
+  // wait the Grant reports: the caller's lease must not start before it
+  // was granted.
+  struct Waiting {
+    std::string from;
+    Acquire acquire;
+    TimePoint arrived{};
+  };
   // Holders' promises by token: the block of a grant waits on one until
   // its caller's Release. Shared with the blocks, which run on the shard's
   // KeyedLock actor.
@@ -703,8 +710,9 @@ class Host final : public Actor<HostMsg> {
     std::optional<KeyedLock> lock;
     std::shared_ptr<Promises> promises = std::make_shared<Promises>();
     std::set<std::string> awaiting;            // nodes yet to answer the query
+    std::set<std::string> answered;            // nodes that answered it
     std::map<std::uint64_t, HoldReport> foreign;  // keys held under earlier owners, by token
-    std::deque<std::pair<std::string, Acquire>> buffer;  // until open
+    std::deque<Waiting> buffer;                // until open
     TimePoint started{};
     bool self_answered = false;  // this node's own callers reported
     bool silent = false;         // a node could not be asked
@@ -754,9 +762,32 @@ class Host final : public Actor<HostMsg> {
       if (core_->send(peer.node_id, Query{shard, epoch}).ok()) h.awaiting.insert(peer.node_id);
       else h.silent = true;
     }
+    // A node that left less than one lease ago (a crash looks the same)
+    // can no longer be asked, and its callers' grants may still be running.
+    const Duration hold_for = cfg().lease + core_->cluster.lease_margin;
+    for (auto it = left_.begin(); it != left_.end();) {
+      if (now() - it->second >= hold_for) {
+        it = left_.erase(it);
+      } else {
+        if (!h.awaiting.count(it->first)) h.silent = true;
+        ++it;
+      }
+    }
     core_->dispatch(core_->self, Query{shard, epoch});
     start_timer("query-" + std::to_string(shard), core_->cluster.query_timeout, QueryDone{shard, epoch});
     maybe_open(shard, h);
+  }
+
+  // A node that leaves while a shard here still collects the holds, and
+  // has not answered (or was not asked): it may hold any key of the shard
+  // (it died holding one, or left with holders still running).
+  void node_left(const std::string& node) {
+    left_.insert_or_assign(node, now());
+    for (auto& [shard, h] : shards_) {
+      if (h.phase != Phase::querying || h.answered.count(node)) continue;
+      h.awaiting.erase(node);
+      h.silent = true;
+    }
   }
 
   void maybe_open(std::uint32_t shard, Hosted& h) {
@@ -784,7 +815,7 @@ class Host final : public Actor<HostMsg> {
     for (auto& [token, rep] : h.foreign) hold_foreign(h, rep.key, token);
     h.foreign.clear();
     auto buffer = std::move(h.buffer);
-    for (auto& [from, a] : buffer) grant_later(h, from, std::move(a));
+    for (auto& w : buffer) grant_later(h, w.from, std::move(w.acquire), w.arrived);
   }
 
   void hold_foreign(Hosted& h, const std::string& key, std::uint64_t old_token) {
@@ -799,11 +830,10 @@ class Host final : public Actor<HostMsg> {
 
   // Queues `a` behind the key's holder; its block tells the caller it holds
   // the key and waits for the caller's Release.
-  void grant_later(Hosted& h, const std::string& from, Acquire a) {
+  void grant_later(Hosted& h, const std::string& from, Acquire a, TimePoint arrived) {
     auto core = core_;
     auto promises = h.promises;
     auto granted = std::make_shared<std::atomic<std::uint64_t>>(0);
-    TimePoint arrived = now();
     Clock* clock = &core_->system->clock();
     std::uint32_t shard = a.shard;
     std::uint64_t req = a.req;
@@ -860,9 +890,9 @@ class Host final : public Actor<HostMsg> {
       return;
     }
     Hosted& h = it->second;
-    if (h.phase == Phase::open) return grant_later(h, from, std::move(a));
+    if (h.phase == Phase::open) return grant_later(h, from, std::move(a), now());
     if (h.buffer.size() >= core_->cluster.buffer_per_shard) return deny_full(from, a);
-    h.buffer.emplace_back(from, std::move(a));
+    h.buffer.push_back(Waiting{from, std::move(a), now()});
   }
 
   void located(Located& l) {
@@ -870,7 +900,7 @@ class Host final : public Actor<HostMsg> {
     if (l.owner.ok() && l.owner.value() == core_->self) {
       auto& q = unstarted_[l.acquire.shard];
       if (q.size() >= core_->cluster.buffer_per_shard) return deny_full(l.from, l.acquire);
-      q.emplace_back(std::move(l.from), std::move(l.acquire));
+      q.push_back(Waiting{std::move(l.from), std::move(l.acquire), now()});
       return;
     }
     deny_retry(l.from, l.acquire, l.owner.ok() ? l.owner.value() : std::string());
@@ -895,6 +925,7 @@ class Host final : public Actor<HostMsg> {
     for (const auto& rep : q.holds) h.foreign.emplace(rep.token, rep);
     if (from == core_->self) h.self_answered = true;
     h.awaiting.erase(from);
+    h.answered.insert(from);
     maybe_open(q.shard, h);
   }
 
@@ -905,7 +936,7 @@ class Host final : public Actor<HostMsg> {
       shards_.erase(it);
     }
     if (auto q = unstarted_.find(shard); q != unstarted_.end()) {
-      for (auto& [from, a] : q->second) deny_retry(from, a, {});
+      for (auto& w : q->second) deny_retry(w.from, w.acquire, {});
       unstarted_.erase(q);
     }
     core_->forget_owner(shard, core_->self);
@@ -918,7 +949,7 @@ class Host final : public Actor<HostMsg> {
   void close(std::uint32_t shard, Hosted& h) {
     cancel_timer("query-" + std::to_string(shard));
     cancel_timer("grace-" + std::to_string(shard));
-    for (auto& [from, a] : h.buffer) deny_retry(from, a, {});
+    for (auto& w : h.buffer) deny_retry(w.from, w.acquire, {});
     h.buffer.clear();
     // The stand-in blocks' promises: dropping them ends those blocks (their
     // futures answer no_reply) and frees what the blocks hold, the promise
@@ -955,7 +986,8 @@ class Host final : public Actor<HostMsg> {
 
   std::shared_ptr<Core> core_;
   std::map<std::uint32_t, Hosted> shards_;
-  std::map<std::uint32_t, std::deque<std::pair<std::string, Acquire>>> unstarted_;
+  std::map<std::uint32_t, std::deque<Waiting>> unstarted_;
+  std::map<std::string, TimePoint> left_;  // nodes that left, and when this node heard of it
 };
 
 // --- the KeyedLock's backend --------------------------------------------------------

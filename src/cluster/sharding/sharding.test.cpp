@@ -107,10 +107,11 @@ class Sharding : public ::testing::Test {
     return {std::move(w), std::move(d)};
   }
 
-  // What a node that dies looks like to the others: its connections drop at
-  // once; later, membership removes it from every address book, then the
+  // What a node that dies looks like to the others, played in this
+  // process: its connections drop at once (its remoting stops); later,
+  // membership removes it from every address book (forget), then the
   // directory moves its shards.
-  void crash(const std::string& id) {
+  void drop_connections(const std::string& id) {
     node(id).remoting->stop();
   }
   void forget(const std::string& id) {
@@ -201,7 +202,7 @@ TEST_F(Sharding, AHandOffWaitsForAProcessingEntityAndKeepsWhatArrivesMeanwhile) 
   EXPECT_EQ(node(from).region->stats().entities.processing_timeouts, 1u);
 }
 
-TEST_F(Sharding, AShardOfACrashedNodeIsServedByAnotherWithItsAcknowledgedEvents) {
+TEST_F(Sharding, AShardOfANodeStoppedWithoutHandOffIsServedByAnotherWithItsAcknowledgedEvents) {
   boot({"n1", "n2", "n3"});
   std::map<std::string, std::int64_t> balances;
   for (int i = 0; i < 40; ++i) {
@@ -210,7 +211,8 @@ TEST_F(Sharding, AShardOfACrashedNodeIsServedByAnotherWithItsAcknowledgedEvents)
     ASSERT_TRUE(r.ok());
     balances[id] = r.value();
   }
-  // n3 dies: its regions vanish without a hand-off.
+  // n3 stops in this process and is dropped from the placement: its region
+  // and remoting stop, no hand-off.
   auto& dead = node("n3");
   (void)dead.region->stop(5s);  // in-process stand-in for the process ending
   dead.region.reset();
@@ -225,16 +227,16 @@ TEST_F(Sharding, AShardOfACrashedNodeIsServedByAnotherWithItsAcknowledgedEvents)
 
 
 // An ask is "in flight" below while the owner holds it unanswered: the
-// owner's connection then breaks (crash), and only later does membership
-// say the node is gone (forget). The idempotent Where waits through both
-// and is answered by the shard's next owner; the Deposit, not declared
-// idempotent, gets the explicit error at once.
+// owner's connections then drop (as in a crash), and only later does
+// membership say the node is gone (forget). The idempotent Where waits
+// through both and is answered by the shard's next owner; the Deposit, not
+// declared idempotent, gets the explicit error at once.
 // proves: C1
-TEST_F(Sharding, AnIdempotentAskOutToAnOwnerThatDiesIsAnsweredByTheNextOwnerAndOthersGetTheExplicitError) {
+TEST_F(Sharding, AnIdempotentAskOutToAnOwnerWhoseConnectionsDropIsAnsweredByTheNextOwnerAndOthersGetTheExplicitError) {
   boot({"n1", "n2", "n3"}, 16, 4s, true, MessageOptions{.idempotent = true});
   std::string id = entity_on("n3", "victim-");
   auto [where_f, deposit_f] = asks_held_by("n3", id, 20s);
-  crash("n3");
+  drop_connections("n3");
   auto dep = deposit_f.get();
   ASSERT_FALSE(dep.ok()) << "the Deposit was answered " << dep.value();
   EXPECT_EQ(dep.error().code(), ErrorCode::unreachable);
@@ -261,7 +263,7 @@ TEST_F(Sharding, AnIdempotentAskIsNotSentAgainAfterItsAskerStoppedWaiting) {
   boot({"n1", "n2"}, 16, 4s, true, MessageOptions{.idempotent = true});
   std::string id = entity_on("n2", "late-");
   auto [where_f, deposit_f] = asks_held_by("n2", id, 1500ms);
-  crash("n2");
+  drop_connections("n2");
   EXPECT_FALSE(deposit_f.get().ok());
   auto w = where_f.get();
   ASSERT_FALSE(w.ok()) << w.value();
