@@ -153,7 +153,7 @@ class AcknowledgedOrder : public ::testing::TestWithParam<std::string> {
   ActorSystem system_{SystemConfig{.threads = 2, .log_dead_letters = false, .log_failures = false}};
 };
 
-// proves: V3
+// proves: V3, E7
 TEST_P(AcknowledgedOrder, NoEntityReplyLeavesBeforeTheCommitStoringItsEventsReturned) {
   testkit::TestProbe<GatewayRequest> gateway(system_, "gateway");
   EntitySettings s;
@@ -190,7 +190,7 @@ TEST_P(AcknowledgedOrder, NoEntityReplyLeavesBeforeTheCommitStoringItsEventsRetu
   }
 }
 
-// proves: V3
+// proves: V3, J6
 TEST_P(AcknowledgedOrder, NoDurableJobIsAcceptedOrReportedBeforeTheCommitStoringItReturned) {
   JobSettings s;
   s.name = "orders";

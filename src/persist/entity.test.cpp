@@ -252,8 +252,11 @@ TEST_F(Entities, E1_on_sqlite_a_payment_settling_in_a_process_killed_with_sigkil
 
 // --- E2 ---------------------------------------------------------------------------
 
-// proves: E2
-TEST_F(Entities, E2_an_earlier_episodes_deadline_is_never_handled) {
+// The decline cancels the episode's deadline: it is not even delivered.
+// (A deadline that was delivered before its episode ended is the E2 test
+// below.)
+// proves: E4
+TEST_F(Entities, E4_a_declined_episodes_deadline_is_never_delivered_or_handled) {
   // Episode 1 starts at t=0 (deadline t=15s) and ends by a decline at t=10s.
   auto req = settle_payment("p1", 1);
   advance(10s);
@@ -263,6 +266,7 @@ TEST_F(Entities, E2_an_earlier_episodes_deadline_is_never_handled) {
   advance(10s);  // past episode 1's deadline: nothing happens
   EXPECT_EQ(state_of("p1"), "failed amount=1 notes=0 timeouts=0");
   EXPECT_EQ(reg->stats().processing_timeouts, 0u);
+  EXPECT_EQ(reg->stats().stale_deadlines, 0u);
 }
 
 // proves: E2
@@ -337,7 +341,7 @@ TEST_F(Entities, E3_the_timeout_persists_the_timeout_event_leaves_processing_and
   EXPECT_EQ(state_of("p1"), "failed amount=1 notes=1 timeouts=1");
 }
 
-// proves: E1 (what the node shows as "processing longest")
+// What the node shows as "processing longest".
 TEST_F(Entities, TheRegistryListsEntitiesInAProcessingEpisodeWithTheirStartAndDeadlineUntilTheEpisodeEnds) {
   auto first = settle_payment("p1", 1);
   advance(2s);
