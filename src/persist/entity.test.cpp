@@ -573,6 +573,7 @@ TEST_F(Entities, E6_the_actor_systems_shutdown_stops_entities_gracefully_first) 
 TEST_F(Entities, E6_an_immediate_stop_ends_a_processing_entity_at_once_and_its_deadline_rearms_where_it_recovers) {
   auto req = settle_payment("p1", 1);  // held: the gateway never answers
   ASSERT_TRUE(reg->tell("p1", Note{"waits behind the episode"}).ok());
+  auto cancel = reg->ask<std::string>("p1", [](ReplyTo<std::string> t) { return Cancel{std::move(t)}; }, 1h);
   settle();
   reg->begin_stop();  // graceful: would wait for the episode...
   settle();
@@ -580,6 +581,10 @@ TEST_F(Entities, E6_an_immediate_stop_ends_a_processing_entity_at_once_and_its_d
   reg->begin_immediate_stop();  // ...the node lost its lease: stop now
   EXPECT_TRUE(reg->wait_stopped(5s));
   EXPECT_EQ(reg->stats().active, 0u);
+  // The stashed request is handed back to the shard and answered there.
+  auto c = cancel.get();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code(), ErrorCode::shutting_down) << c.error().to_string();
   // Nothing was appended by the stop: the episode is still open in the
   // journal, and the waiting command was not handled.
   auto events = journal_sync::replay(*journal, "pay|p1");
