@@ -1,7 +1,8 @@
 // Ask: request/response from outside (Future) and from inside an actor
 // (continuation), with timeouts on the manual clock.
-// proves: X3 (ask timeouts without sleeping); L4/J2 groundwork (typed
-// results, nothing blocks inside an actor)
+// Ask timeouts run on the manual clock (X3); typed results and no blocking
+// inside an actor are what the keyed lock (L4) and the job service (J2)
+// build on.
 
 
 #include <gtest/gtest.h>
@@ -105,6 +106,7 @@ TEST_F(Ask, an_answered_ask_leaves_no_timer_behind) {
   EXPECT_EQ(system.stats().timers_pending, 0u);
 }
 
+// proves: X3
 TEST_F(Ask, an_unanswered_ask_times_out_at_its_deadline_and_not_before) {
   auto r = system.spawn<Responder>();
   auto f = system.ask<int>(r, make_keep(), 100ms);

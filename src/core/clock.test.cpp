@@ -1,6 +1,5 @@
 // Clocks: the manual clock that makes every timeout testable, and the timer
 // queue it drives.
-// proves: X3
 
 #include <gtest/gtest.h>
 
@@ -48,6 +47,7 @@ class Recorder : public ManualClock::Listener {
   std::vector<TimePoint> pending_;
 };
 
+// proves: X3
 TEST(ManualClock, time_moves_only_when_advanced) {
   ManualClock c;
   auto t0 = c.now();
@@ -88,6 +88,7 @@ TEST(ManualClock, advancing_by_zero_or_a_negative_amount_does_not_move_time) {
   EXPECT_EQ(c.now(), t0);
 }
 
+// proves: X3
 TEST(ManualClock, advance_stops_at_each_deadline_in_order_with_now_equal_to_it) {
   ManualClock c;
   Recorder r(c);

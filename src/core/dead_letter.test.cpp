@@ -1,7 +1,7 @@
 // Dead letters: messages to actors that have stopped are refused, counted and
 // reported, never a crash.
-// proves: X1 at the core level (an undeliverable message is a clear outcome,
-// not a crash); X2 (dead letters are counted and reported)
+// An undeliverable message is a clear outcome, not a crash; dead letters
+// are counted and reported.
 
 #include <gtest/gtest.h>
 

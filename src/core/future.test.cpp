@@ -1,7 +1,7 @@
 // Future continuations and Promise: the one asynchronous result type every
 // pattern (keyed lock, process manager, job service) hands to its callers.
-// proves: L4 groundwork (typed results and exceptions reach the caller as
-// they are, no casts); X3 (no test here sleeps)
+// Typed results and exceptions reach the caller as they are, no casts (what
+// L4 builds on); no test here sleeps.
 
 #include <gtest/gtest.h>
 

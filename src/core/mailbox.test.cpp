@@ -1,6 +1,6 @@
 // The bounded mailbox: SpawnOptions::mailbox_capacity.
-// proves: P1 at the core level (a full mailbox refuses at once with
-// mailbox_full, counted; what it accepted is all handled)
+// A full mailbox refuses at once with mailbox_full, counted; what it
+// accepted is all handled.
 
 
 #include <gtest/gtest.h>

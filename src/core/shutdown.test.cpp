@@ -1,8 +1,8 @@
 // Shutdown and lifetimes: draining, stopping every actor, and references and
 // reply targets that outlive the system.
-// proves: E6 at the core level (shutdown lets queued work finish, then stops
-// every actor with on_stop); X1 (late use of a dead system is a value, not a
-// crash)
+// Shutdown lets queued work finish, then stops every actor with on_stop
+// (the entities' graceful stop, E6, runs before it in a shutdown hook);
+// late use of a dead system is a value, not a crash.
 
 
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
 // Concurrency stress: races the deterministic tests cannot reach. Each test
 // asserts exact totals or invariants, so that a lost, duplicated or stale
 // message fails it; run under TSan and ASan as well.
-// proves: E2/E4 at the core level under real time (no message of a cancelled
-// or replaced timer generation is ever delivered)
+// Under real time no message of a cancelled or replaced timer generation is
+// ever delivered: what the entity runtime's deadline cancel (E4) relies on.
 
 #include <gtest/gtest.h>
 

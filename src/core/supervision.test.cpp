@@ -1,7 +1,6 @@
 // Supervision: what happens to an actor whose handler (or on_start) throws.
-// proves: X1 at the core level (a failing handler never takes the process
-// down; it is contained by the actor's supervision); X3 (back-off on the
-// manual clock)
+// A failing handler never takes the process down; it is contained by the
+// actor's supervision. Back-off runs on the manual clock.
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,6 @@
 // The testkit proves itself here: the rest of the suite trusts a probe to
 // fail when a message is missing or wrong, and the fixture to move time only
 // when told. (Lives in src/core until the build has a testkit test target.)
-// proves: X3
 
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
@@ -153,6 +152,7 @@ struct Alarm : troupe::Actor<Msg> {
 
 class ManualClockFixture : public ManualClockTest {};
 
+// proves: X3
 TEST_F(ManualClockFixture, time_moves_only_by_advance) {
   auto t0 = now();
   std::this_thread::sleep_for(5ms);  // real time passes; virtual time must not

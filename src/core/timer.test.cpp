@@ -1,7 +1,8 @@
 // Keyed timers and the receive timeout, on the manual clock.
-// proves: X3 (every timeout here is driven by advance(), nothing sleeps)
-// proves: E2, E4 at the core level (a replaced or cancelled timer's message is
-// never delivered, even when its fire is already in the mailbox)
+// Every timeout here is driven by advance(), nothing sleeps. A replaced or
+// cancelled timer's message is never delivered, even when its fire is
+// already in the mailbox: what the entity runtime's deadline cancel (E4)
+// relies on.
 
 #include <gtest/gtest.h>
 
@@ -128,6 +129,7 @@ class Timers : public ManualClockTest {
   TestProbe<Control> control;
 };
 
+// proves: X3
 TEST_F(Timers, a_single_timer_fires_once_at_its_deadline_and_not_before) {
   auto t = spawn_timed();
   auto t0 = now();

@@ -1,7 +1,6 @@
 // The node's TOML configuration: defaults, every table, and the bad configs
 // a person writes (unknown keys, wrong types, out-of-range values), each
 // refused with a message that names the setting.
-// proves: X1 (bad input gets a clear error)
 
 #include <gtest/gtest.h>
 
@@ -81,6 +80,7 @@ shard_count = 32
   EXPECT_EQ(c->jobs.shard_count, 32u);
 }
 
+// proves: X1
 TEST(NodeConfig, AnUnknownKeyIsRefusedByItsFullName) {
   EXPECT_EQ(error_of("[cluster]\nredis_prt = 1\n"), "node.toml: cluster.redis_prt: unknown setting");
   EXPECT_EQ(error_of("[admin]\nport = 1\nhots = \"x\"\n"), "node.toml: admin.hots: unknown setting");
@@ -88,6 +88,7 @@ TEST(NodeConfig, AnUnknownKeyIsRefusedByItsFullName) {
   EXPECT_EQ(error_of("verbose = true\n"), "node.toml: verbose: unknown setting");
 }
 
+// proves: X1
 TEST(NodeConfig, AWrongTypeNamesTheSettingAndBothTypes) {
   EXPECT_EQ(error_of("[admin]\nport = \"8081\"\n"), "node.toml: admin.port: expected an integer, got a string");
   EXPECT_EQ(error_of("[node]\nid = 7\n"), "node.toml: node.id: expected a string, got an integer");
@@ -135,6 +136,7 @@ TEST(NodeConfig, JobsShardCountTakesOneTo4096AndRefusesAnythingElseNamingTheSett
   EXPECT_EQ(error_of("[jobs]\nshard_count = 0\n").find('\n'), std::string::npos);
 }
 
+// proves: X1
 TEST(NodeConfig, ATomlSyntaxErrorGivesItsLineAndColumn) {
   auto msg = error_of("[node]\nid = \"unterminated\n");
   EXPECT_EQ(msg.rfind("node.toml:2:", 0), 0u) << msg;

@@ -1,7 +1,7 @@
 // troupe::node::Node on one machine: brought up from a config, its admin
 // API answered over real HTTP, bad configs refused naming the setting.
-// proves: X1 (malformed admin requests get a 4xx with a reason; bad
-// configs exit with a message that names the setting)
+// Malformed admin requests get a 4xx with a reason; bad configs exit with a
+// message that names the setting.
 
 #include <gtest/gtest.h>
 
@@ -321,6 +321,7 @@ TEST_F(NodeTest, AnEntityPageShowsItsStateAndItsProcessingDeadline) {
   EXPECT_GE(h["processing"]["age_ms"].get<std::int64_t>(), 0);
 }
 
+// proves: X1
 TEST_F(NodeTest, MalformedAndMisdirectedAdminRequestsGetA4xxWithAReason) {
   start();
   auto unknown_type = call_json("GET", "/entities/nope/x", 404);

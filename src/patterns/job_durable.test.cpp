@@ -1,7 +1,7 @@
 // The job service with a journal: acceptance, group commit, restart,
 // compaction and bad rows.
-// proves: J6
-// proves: X1 (unreadable journal rows stop the service from starting, with a clear error)
+// Unreadable journal rows stop the service from starting, with a clear
+// error.
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -126,8 +126,9 @@ class JobDurable : public troupe::testkit::ManualClockTest {
   Workers workers;
 };
 
+// Journaled before the acceptance is acknowledged.
+// proves: J6
 TEST_F(JobDurable, AJobIsAcceptedOnlyOnceItIsJournaled) {
-  // proves: J6 (journaled before the acceptance is acknowledged)
   auto jobs = start(durable_settings(journal, reports));
   journal->hold();
   auto id = jobs.enqueue({"echo", "a"});
@@ -143,8 +144,9 @@ TEST_F(JobDurable, AJobIsAcceptedOnlyOnceItIsJournaled) {
   EXPECT_EQ(reports->all(), (std::map<JobId, std::string>{{1, "echo succeeded: a"}}));
 }
 
+// Group commit.
+// proves: J6
 TEST_F(JobDurable, JobsArrivingDuringAnAppendShareTheNextOne) {
-  // proves: J6 (group commit)
   auto s = durable_settings(journal, reports);
   s.start_paused = true;
   auto jobs = start(s);
@@ -168,8 +170,9 @@ TEST_F(JobDurable, JobsArrivingDuringAnAppendShareTheNextOne) {
   EXPECT_EQ(st.queued, 501u);
 }
 
+// Outcomes are journaled before anyone is told.
+// proves: J6
 TEST_F(JobDurable, AnOutcomeIsReportedOnlyOnceItIsJournaled) {
-  // proves: J6 (outcomes are journaled before anyone is told)
   auto s = durable_settings(journal, reports);
   s.start_paused = true;
   auto jobs = start(s);
@@ -185,8 +188,9 @@ TEST_F(JobDurable, AnOutcomeIsReportedOnlyOnceItIsJournaled) {
   EXPECT_EQ(describe(await(f)), "succeeded: x");
 }
 
+// Nothing is acknowledged that is not journaled.
+// proves: J6
 TEST_F(JobDurable, AFailedAppendAnswersTheJobsInItWithJournalFailed) {
-  // proves: J6 (nothing is acknowledged that is not journaled)
   auto jobs = start(durable_settings(journal, reports));
   journal->fail_next_appends(1, troupe::Error(ErrorCode::journal_failed, "disk full"));
   auto f = jobs.submit({"echo", "lost"});
@@ -202,8 +206,8 @@ TEST_F(JobDurable, AFailedAppendAnswersTheJobsInItWithJournalFailed) {
   EXPECT_EQ(st.accepted, 1u);
 }
 
+// The journal holds unfinished work, not history.
 TEST_F(JobDurable, RowsWhoseJobsHaveAllFinishedAreDeleted) {
-  // proves: J6 (the journal holds unfinished work, not history)
   auto jobs = start(durable_settings(journal, reports));
   for (int i = 0; i < 20; ++i) {
     auto f = jobs.submit({"echo", std::to_string(i)});
@@ -217,8 +221,9 @@ TEST_F(JobDurable, RowsWhoseJobsHaveAllFinishedAreDeleted) {
   EXPECT_LE(journal->size(), 3u);
 }
 
+// At least once; outcomes of recovered jobs go to on_outcome.
+// proves: J6
 TEST_F(JobDurable, AcceptedButUnfinishedJobsRunAgainAfterARestartOnTheSameJournal) {
-  // proves: J6 (at least once; outcomes of recovered jobs go to on_outcome)
   {
     auto s = durable_settings(journal, reports);
     s.workers = 1;
@@ -245,8 +250,9 @@ TEST_F(JobDurable, AcceptedButUnfinishedJobsRunAgainAfterARestartOnTheSameJourna
   EXPECT_EQ(await(next).value(), 4u);  // ids continue after the restart
 }
 
+// Nothing is accepted that could not be stored; the fault is reported.
+// proves: J6
 TEST_F(JobDurable, ASecondWriterInItsLogStopsTheServiceForGoodAndHealthAndSubmitSayWhy) {
-  // proves: J6 (nothing is accepted that could not be stored), X2 (the fault is reported)
   auto first = start(durable_settings(journal, reports));
   // A second service of the same name on the same journal (a second node
   // on a shared database) recovers the same log and appends to it.
@@ -290,8 +296,8 @@ std::string accepted_payload(JobId id, std::string kind) {
   return w.take();
 }
 
+// proves: X1
 TEST_F(JobDurable, UnreadableRowsKeepTheServiceFromStartingWithAClearError) {
-  // proves: J6, X1
   struct Case {
     std::string type;
     std::uint32_t version;
@@ -351,8 +357,8 @@ class UnreadableJournal final : public troupe::Journal {
   std::string_view name() const noexcept override { return "unreadable"; }
 };
 
+// proves: X1
 TEST_F(JobDurable, AJournalThatCannotBeReadIsARecoveryFailure) {
-  // proves: J6, X1
   auto r = JobService::start(system, durable_settings(std::make_shared<UnreadableJournal>(), reports), translator(),
                              workers.make());
   ASSERT_FALSE(r.ok());
@@ -399,8 +405,8 @@ troupe::SystemConfig quiet_config() {
   return cfg;
 }
 
+// proves: J6
 TEST(JobDurableSqlite, ADurableJobSurvivesARestartOfTheSystemAndRunsAgain) {
-  // proves: J6
   TempDir dir;
   const auto file = dir.file("jobs.db");
   auto reports = std::make_shared<Reports>();
@@ -448,8 +454,8 @@ TEST(JobDurableSqlite, ADurableJobSurvivesARestartOfTheSystemAndRunsAgain) {
   for (auto& r : workers.held) EXPECT_FALSE(r.succeed("the old system is gone"));
 }
 
+// proves: X1
 TEST(JobDurableSqlite, BadRowsInTheSqliteFileAreReportedNotCrashedOn) {
-  // proves: J6, X1
   TempDir dir;
   const auto file = dir.file("jobs.db");
   {

@@ -1,8 +1,7 @@
 // The job service on the manual clock: the flow, timeouts, failures,
 // priorities, retries, back-pressure and stopping.
-// proves: J1, J2, J3, J4 (and the retry / dead-letter / refusal rules of J)
-// proves: X1 (bad settings and bad per-job timeouts are refused with a clear error)
-// proves: X3 (every timeout and back-off here is driven by advance(), nothing sleeps)
+// Bad settings and bad per-job timeouts are refused with a clear error;
+// every timeout and back-off here is driven by advance(), nothing sleeps.
 
 #include <gtest/gtest.h>
 
@@ -122,8 +121,8 @@ class JobServiceTest : public troupe::testkit::ManualClockTest {
 
 // --- J1: the flow ------------------------------------------------------------
 
+// proves: J1
 TEST_F(JobServiceTest, AJobFlowsFromProxyThroughQueueAndFsmToItsRequester) {
-  // proves: J1
   auto s = base_settings();
   s.workers = 2;
   auto jobs = start(s);
@@ -141,8 +140,9 @@ TEST_F(JobServiceTest, AJobFlowsFromProxyThroughQueueAndFsmToItsRequester) {
   EXPECT_EQ(st.idle, 2u);
 }
 
+// Pull, never push.
+// proves: J1
 TEST_F(JobServiceTest, AnIdleFsmPullsOneJobAndBusyFsmsAreNeverPushedMore) {
-  // proves: J1 (pull, never push)
   auto jobs = start(base_settings());
   auto a = jobs.submit({"hang", "a"});
   auto b = jobs.submit({"echo", "b"});
@@ -163,8 +163,9 @@ TEST_F(JobServiceTest, AnIdleFsmPullsOneJobAndBusyFsmsAreNeverPushedMore) {
   EXPECT_EQ(jobs.stats().idle, 1u);
 }
 
+// Asynchronous workers; no thread waits for them.
+// proves: J1, J2
 TEST_F(JobServiceTest, AWorkerMayCompleteItsRunLaterFromAnotherThread) {
-  // proves: J1 (asynchronous workers), J2 (no thread waits for them)
   auto s = base_settings();
   s.default_timeout = 5s;
   auto jobs = start(s);
@@ -178,8 +179,9 @@ TEST_F(JobServiceTest, AWorkerMayCompleteItsRunLaterFromAnotherThread) {
   EXPECT_EQ(outcome(b), "succeeded: next!");
 }
 
+// The outcome reaches its requester: here the on_outcome hook.
+// proves: J1
 TEST_F(JobServiceTest, EnqueueAnswersOnAcceptanceAndReportsTheOutcomeToOnOutcome) {
-  // proves: J1 (the outcome reaches its requester: here the on_outcome hook)
   auto got = std::make_shared<std::vector<std::string>>();
   auto mu = std::make_shared<std::mutex>();
   auto s = base_settings();
@@ -199,8 +201,8 @@ TEST_F(JobServiceTest, EnqueueAnswersOnAcceptanceAndReportsTheOutcomeToOnOutcome
 
 // --- J2: timeouts --------------------------------------------------------------
 
+// proves: J2
 TEST_F(JobServiceTest, AHungJobTimesOutAndItsWorkerThenServesTheNextJob) {
-  // proves: J2
   auto jobs = start(base_settings());
   auto hung = jobs.submit({"hang", "h"});
   auto next = jobs.submit({"echo", "n"});
@@ -220,8 +222,9 @@ TEST_F(JobServiceTest, AHungJobTimesOutAndItsWorkerThenServesTheNextJob) {
   EXPECT_EQ(st.watchdog_resets, 0u);  // the FSM's own timer did it
 }
 
+// Fenced by attempt.
+// proves: J2
 TEST_F(JobServiceTest, ACompletionAfterTheTimeoutIsIgnored) {
-  // proves: J2 (fenced by attempt)
   auto jobs = start(base_settings());
   auto hung = jobs.submit({"hang", "h"});
   settle();
@@ -239,8 +242,9 @@ TEST_F(JobServiceTest, ACompletionAfterTheTimeoutIsIgnored) {
   EXPECT_EQ(st.timed_out, 1u);
 }
 
+// Per attempt, from its start, not from the submit.
+// proves: J2
 TEST_F(JobServiceTest, TheTimeoutCountsFromWhenAWorkerStartsTheAttempt) {
-  // proves: J2 (per attempt, from its start, not from the submit)
   auto jobs = start(base_settings());
   auto first = jobs.submit({"hang", "1"}, 0, 100ms);
   auto second = jobs.submit({"hang", "2"}, 0, 50ms);  // waits 100 ms in the queue first
@@ -254,8 +258,9 @@ TEST_F(JobServiceTest, TheTimeoutCountsFromWhenAWorkerStartsTheAttempt) {
   EXPECT_EQ(outcome(second), "timed out");
 }
 
+// One timer per FSM, re-armed for an earlier deadline.
+// proves: J2
 TEST_F(JobServiceTest, AShortJobAfterALongOneStillTimesOutAtItsOwnDeadline) {
-  // proves: J2 (one timer per FSM, re-armed for an earlier deadline)
   auto jobs = start(base_settings());
   auto quick = jobs.submit({"echo", "q"}, 0, 5s);  // arms the FSM's timer at 5 s
   EXPECT_EQ(outcome(quick), "succeeded: q!");
@@ -267,22 +272,23 @@ TEST_F(JobServiceTest, AShortJobAfterALongOneStillTimesOutAtItsOwnDeadline) {
 
 // --- J3: failures ----------------------------------------------------------------
 
+// proves: J3
 TEST_F(JobServiceTest, AWorkerThatThrowsFailsTheJobWithWhatItThrew) {
-  // proves: J3
   auto jobs = start(base_settings());
   auto f = jobs.submit({"boom", "x"});
   EXPECT_EQ(outcome(f), "failed: worker exploded on x");
 }
 
+// proves: J3
 TEST_F(JobServiceTest, AWorkerFailureReachesTheRequesterWithItsReason) {
-  // proves: J3
   auto jobs = start(base_settings());
   auto f = jobs.submit({"refuse", "disk full"});
   EXPECT_EQ(outcome(f), "failed: refused: disk full");
 }
 
+// Unknown job kind.
+// proves: J3
 TEST_F(JobServiceTest, AJobKindTheTranslatorDoesNotKnowFailsNamingTheKind) {
-  // proves: J3 (unknown job kind)
   auto jobs = start(base_settings());
   auto f = jobs.submit({"teleport", "x"});
   EXPECT_EQ(outcome(f), "failed: no worker for job kind 'teleport'");
@@ -290,15 +296,16 @@ TEST_F(JobServiceTest, AJobKindTheTranslatorDoesNotKnowFailsNamingTheKind) {
   EXPECT_EQ(outcome(next), "succeeded: still serving!");
 }
 
+// No service for the job.
+// proves: J3
 TEST_F(JobServiceTest, AWorkerKindNobodyRegisteredFailsNamingIt) {
-  // proves: J3 (no service for the job)
   auto jobs = start(base_settings());
   auto f = jobs.submit({"ghost", "x"});
   EXPECT_EQ(outcome(f), "failed: job kind 'ghost' maps to worker kind 'nobody', which is not registered");
 }
 
+// proves: J3
 TEST_F(JobServiceTest, ATranslatorThatThrowsFailsTheJob) {
-  // proves: J3
   auto jobs = start(base_settings());
   auto f = jobs.submit({"bad-translation", "x"});
   EXPECT_EQ(outcome(f), "failed: translator failed for job kind 'bad-translation': cannot parse payload");
@@ -306,8 +313,9 @@ TEST_F(JobServiceTest, ATranslatorThatThrowsFailsTheJob) {
 
 // --- J4: priorities ----------------------------------------------------------------
 
+// Exact order with one worker.
+// proves: J4
 TEST_F(JobServiceTest, HigherPriorityRunsFirstAndFifoWithinAPriority) {
-  // proves: J4 (exact order with one worker)
   auto s = base_settings();
   s.start_paused = true;
   auto jobs = start(s);
@@ -327,8 +335,9 @@ TEST_F(JobServiceTest, HigherPriorityRunsFirstAndFifoWithinAPriority) {
             (std::vector<std::string>{"b#1", "d#1", "h#1", "c#1", "f#1", "a#1", "e#1", "i#1", "g#1"}));
 }
 
+// The busy FSM holds no job it did not pull.
+// proves: J4
 TEST_F(JobServiceTest, JobsArrivingWhileTheWorkerIsBusyAreStillTakenInPriorityOrder) {
-  // proves: J4 (the busy FSM holds no job it did not pull)
   auto jobs = start(base_settings());
   auto busy = jobs.submit({"hang", "busy"}, 0, 5s);
   settle();
@@ -347,8 +356,9 @@ TEST_F(JobServiceTest, JobsArrivingWhileTheWorkerIsBusyAreStillTakenInPriorityOr
 
 // --- retries, dead letters ----------------------------------------------------------
 
+// The final outcome is Failed with the last reason; retries with back-off.
+// proves: J3
 TEST_F(JobServiceTest, FailedAttemptsAreRetriedWithExponentialBackOffThenDeadLettered) {
-  // proves: J3 (the final outcome is Failed with the last reason), retries with back-off
   auto s = base_settings();
   s.max_attempts = 3;
   s.backoff_min = 100ms;
@@ -382,8 +392,9 @@ TEST_F(JobServiceTest, FailedAttemptsAreRetriedWithExponentialBackOffThenDeadLet
   EXPECT_EQ(dl[0].reason, "refused: r");
 }
 
+// With retries: a timeout is an attempt's end, not necessarily the job's.
+// proves: J2
 TEST_F(JobServiceTest, ATimedOutAttemptIsRetriedAndTheRetryMaySucceed) {
-  // proves: J2 + retries (a timeout is an attempt's end, not necessarily the job's)
   auto s = base_settings();
   s.max_attempts = 2;
   s.backoff_min = 0ms;
@@ -405,8 +416,9 @@ TEST_F(JobServiceTest, ATimedOutAttemptIsRetriedAndTheRetryMaySucceed) {
   EXPECT_EQ(dl[0].reason, "attempt 2 timed out after 100 ms");
 }
 
+// Retries re-enter their own priority level, at its back.
+// proves: J4
 TEST_F(JobServiceTest, ARetriedJobKeepsItsPriority) {
-  // proves: J4 (retries re-enter their own priority level, at its back)
   auto s = base_settings();
   s.max_attempts = 2;
   s.backoff_min = 0ms;
@@ -425,8 +437,8 @@ TEST_F(JobServiceTest, ARetriedJobKeepsItsPriority) {
   EXPECT_EQ(rec->order(), (std::vector<std::string>{"x#1", "z#1", "x#2", "low#1"}));
 }
 
+// Finally failed jobs are kept, with their reason, in a bounded list.
 TEST_F(JobServiceTest, TheDeadLetterListIsBoundedAndCountsWhatItDrops) {
-  // proves: J3 (finally failed jobs are kept, with their reason, in a bounded list)
   auto s = base_settings();
   s.dead_letter_capacity = 2;
   auto jobs = start(s);
@@ -446,8 +458,8 @@ TEST_F(JobServiceTest, TheDeadLetterListIsBoundedAndCountsWhatItDrops) {
 
 // --- back-pressure ----------------------------------------------------------------
 
+// The proxy's intake is bounded: refused on the caller's thread.
 TEST_F(JobServiceTest, AFullQueueRefusesAtOnceWithBufferOverflow) {
-  // proves: J1 (the proxy's intake is bounded: refused on the caller's thread)
   auto s = base_settings();
   s.queue_capacity = 2;
   s.start_paused = true;
@@ -471,8 +483,9 @@ TEST_F(JobServiceTest, AFullQueueRefusesAtOnceWithBufferOverflow) {
   EXPECT_EQ(outcome(later), "succeeded: later!");
 }
 
+// FSMs get work only by pulling from the queue.
+// proves: J1
 TEST_F(JobServiceTest, PauseHoldsQueuedJobsAndResumeReleasesThem) {
-  // proves: J1 (FSMs get work only by pulling from the queue)
   auto jobs = start(base_settings());
   jobs.pause();
   auto f = jobs.submit({"echo", "p"});
@@ -485,8 +498,9 @@ TEST_F(JobServiceTest, PauseHoldsQueuedJobsAndResumeReleasesThem) {
 
 // --- stopping ----------------------------------------------------------------------
 
+// No requester is left waiting: stop answers every job.
+// proves: J2
 TEST_F(JobServiceTest, StopAnswersQueuedAndRunningJobsWithShuttingDown) {
-  // proves: J2 (no requester is left waiting: stop answers every job)
   auto jobs = start(base_settings());
   auto running = jobs.submit({"hang", "r"});
   settle();
@@ -509,8 +523,9 @@ TEST_F(JobServiceTest, StopAnswersQueuedAndRunningJobsWithShuttingDown) {
   EXPECT_TRUE(jobs.stop().ok());                        // idempotent
 }
 
+// No requester is left waiting when the system goes away.
+// proves: J2
 TEST(JobServiceShutdown, TheSystemsShutdownAnswersEveryJob) {
-  // proves: J2 (no requester is left waiting when the system goes away)
   auto clock = std::make_shared<troupe::ManualClock>();
   troupe::SystemConfig cfg;
   cfg.threads = 2;
@@ -535,8 +550,8 @@ TEST(JobServiceShutdown, TheSystemsShutdownAnswersEveryJob) {
 
 // --- bad input ----------------------------------------------------------------------
 
+// proves: X1
 TEST_F(JobServiceTest, BadSettingsAreRefusedWithAClearMessage) {
-  // proves: X1
   struct Case {
     std::function<void(JobSettings&)> change;
     std::string message;
@@ -581,8 +596,8 @@ TEST_F(JobServiceTest, BadSettingsAreRefusedWithAClearMessage) {
   EXPECT_EQ(system.stats().actors_live, 0u);  // nothing was started
 }
 
+// proves: X1
 TEST_F(JobServiceTest, AJobTimeoutThatIsNotPositiveOrNotBelowTheWatchdogLimitIsRefused) {
-  // proves: X1
   auto jobs = start(base_settings());
   auto zero = jobs.submit({"echo", "x"}, 0, 0ms);
   ASSERT_TRUE(zero.ready());
@@ -597,8 +612,9 @@ TEST_F(JobServiceTest, AJobTimeoutThatIsNotPositiveOrNotBelowTheWatchdogLimitIsR
   EXPECT_EQ(jobs.stats().submitted, 0u);
 }
 
+// Under load: several FSMs pull from one queue.
+// proves: J1
 TEST_F(JobServiceTest, ManyJobsOnManyWorkersAllFinishOnce) {
-  // proves: J1 under load (several FSMs pulling from one queue)
   auto s = base_settings();
   s.workers = 8;
   auto jobs = start(s);

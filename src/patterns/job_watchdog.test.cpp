@@ -1,6 +1,5 @@
 // The job service's watchdog: worker slots stuck in Active are reset.
-// proves: J5
-// proves: X3 (the watchdog's period and limit run on the manual clock)
+// The watchdog's period and limit run on the manual clock.
 //
 // A worker function that blocks its thread keeps one of the system's two
 // threads busy, so these tests cannot wait for the system to be idle
@@ -106,8 +105,9 @@ class JobWatchdog : public ::testing::Test {
   std::shared_ptr<Blocker> blocker = std::make_shared<Blocker>();
 };
 
+// A blocked thread: the slot goes back to Idle with a fresh FSM.
+// proves: J5
 TEST_F(JobWatchdog, AWorkerThatBlocksItsThreadIsResetAndAFreshFsmServesTheNextJob) {
-  // proves: J5 (a blocked thread: the slot goes back to Idle with a fresh FSM)
   auto jobs = start(settings());
   auto stuck = jobs.submit({"block", "b"});
   ASSERT_TRUE(blocker->entered.wait(kBound));
@@ -150,8 +150,9 @@ TEST_F(JobWatchdog, AWorkerThatBlocksItsThreadIsResetAndAFreshFsmServesTheNextJo
   EXPECT_EQ(outcome(after), "succeeded: after!");
 }
 
+// With retries: the reset attempt counts as timed out.
+// proves: J5
 TEST_F(JobWatchdog, AJobWhoseWorkerWasResetIsRetriedOnTheFreshFsm) {
-  // proves: J5 with retries (the reset attempt counts as timed out)
   auto s = settings();
   s.max_attempts = 2;
   s.backoff_min = 0ms;
@@ -168,8 +169,9 @@ TEST_F(JobWatchdog, AJobWhoseWorkerWasResetIsRetriedOnTheFreshFsm) {
   EXPECT_EQ(st.succeeded, 1u);
 }
 
+// The FSM is stuck in Active although its job has an outcome.
+// proves: J5
 TEST_F(JobWatchdog, AnFsmStuckAfterItsJobWasAnsweredIsResetToo) {
-  // proves: J5 (the FSM is stuck in Active although its job has an outcome)
   blocker->succeed_before_blocking = true;
   auto jobs = start(settings());
   auto f = jobs.submit({"block", "b"});
@@ -188,8 +190,9 @@ TEST_F(JobWatchdog, AnFsmStuckAfterItsJobWasAnsweredIsResetToo) {
   blocker->release.open();
 }
 
+// Only slots Active past the limit are reset.
+// proves: J5
 TEST_F(JobWatchdog, HealthyWorkersAreLeftAlone) {
-  // proves: J5 (only slots Active past the limit are reset)
   auto jobs = start(settings());
   std::vector<Future<JobOutcome>> fs;
   for (int i = 0; i < 20; ++i) {
@@ -200,8 +203,8 @@ TEST_F(JobWatchdog, HealthyWorkersAreLeftAlone) {
   EXPECT_EQ(jobs.stats().watchdog_resets, 0u);
 }
 
+// Stop: nothing waits for a blocked worker.
 TEST_F(JobWatchdog, StoppingWithAWorkerStillBlockedAnswersItsJobAndDoesNotHang) {
-  // proves: J5 / stop: nothing waits for a blocked worker
   auto jobs = start(settings());
   auto stuck = jobs.submit({"block", "b"});
   ASSERT_TRUE(blocker->entered.wait(kBound));

@@ -211,6 +211,48 @@ TEST_F(KeyedLockTest, ZeroWaitIsATryLock) {
   EXPECT_EQ(*lock.lock("k", [](const LockLease&) { return 3; }).get(), 3);
 }
 
+// The waiter's wait (2 s) ends long before the holder's lease (10 s): the
+// waiter gets AcquireTimeout and never runs; the holder keeps the key, its
+// lease stays current, and no grant is made until it finishes.
+// proves: L2, L3
+TEST_F(KeyedLockTest, AWaiterThatTimesOutWhileTheHoldersLeaseIsValidNeverRunsAndTheHolderKeepsTheKey) {
+  auto lock = make({.wait_timeout = 2s, .lease = 10s});
+  Held holder;
+  auto f_holder = lock.lock("k", holder.block());
+  std::atomic<bool> ran{false};
+  auto f_waiter = lock.lock("k", [&](const LockLease&) {
+    ran = true;
+    return 1;
+  });
+  settle();
+  ASSERT_TRUE(holder.lease->has_value());
+  const LockLease& lease = **holder.lease;
+  advance(2s);
+  auto r = f_waiter.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::acquire_timeout);
+  // Eight seconds of lease left: the holder still has the key, alone.
+  EXPECT_TRUE(lease.is_current());
+  EXPECT_FALSE(f_holder.ready());
+  advance(7999ms);
+  EXPECT_TRUE(lease.is_current());
+  EXPECT_FALSE(f_holder.ready());
+  EXPECT_EQ(lock.stats().grants, 1u);
+  holder.promise->set_value(5);
+  auto done = f_holder.get();
+  ASSERT_TRUE(done.ok()) << done.error().to_string();
+  EXPECT_EQ(*done, 5);
+  settle();
+  EXPECT_FALSE(ran.load());
+  auto st = lock.stats();
+  EXPECT_EQ(st.grants, 1u);
+  EXPECT_EQ(st.acquire_timeouts, 1u);
+  EXPECT_EQ(st.lease_expiries, 0u);
+  // The next grant's token follows the holder's: the waiter never had one.
+  EXPECT_EQ(*lock.lock("k", [](const LockLease& l) { return l.token(); }).get(), lease.token() + 1);
+  EXPECT_FALSE(ran.load());
+}
+
 // --- L3: lease expiry and fencing -----------------------------------------------
 
 // proves: L3, X3

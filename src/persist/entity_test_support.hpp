@@ -11,6 +11,7 @@
 
 #include "troupe/core.hpp"
 #include "troupe/persist.hpp"
+#include "troupe/testkit/gate.hpp"
 #include "troupe/testkit/probe.hpp"
 
 namespace troupe::test {
@@ -47,7 +48,19 @@ struct Boom {};  // the handler throws
 struct Sleep {   // asks for passivation
   ReplyTo<std::string> reply_to;
 };
-using PayCmd = std::variant<Settle, GatewayResult, Cancel, GetState, Note, Forget, Boom, Sleep>;
+// While settling: declines the episode and enters a new one for `amount`,
+// both events in one append (the episode ends and the next begins at once).
+struct Retry {
+  std::int64_t amount = 0;
+  ReplyTo<std::string> reply_to;
+};
+// Holds the incarnation's thread inside the handler: opens `entered`, then
+// waits for `release` (bounded by Gate::wait). Fire and forget.
+struct Hold {
+  std::shared_ptr<testkit::Gate> entered;
+  std::shared_ptr<testkit::Gate> release;
+};
+using PayCmd = std::variant<Settle, GatewayResult, Cancel, GetState, Note, Forget, Boom, Sleep, Retry, Hold>;
 
 // Events
 struct Accepted {
@@ -109,14 +122,19 @@ struct Pay {
           std::int64_t amount = m.amount;
           return Effect::persist(Accepted{amount})
               .then_reply(m.reply_to, [](const State& st) { return "accepted " + std::to_string(st.amount); })
-              .then([&ctx, gw = gateway, amount] {
-                ctx.ask<bool>(
-                    gw, [&](ReplyTo<bool> r) { return GatewayRequest{ctx.id(), amount, std::move(r)}; },
-                    std::chrono::hours(1), [](Result<bool> r) -> Command {
-                      if (!r.ok()) return GatewayResult{false, r.error().to_string()};
-                      return GatewayResult{*r, {}};
-                    });
-              });
+              .then([&ctx, gw = gateway, amount] { ask_gateway(ctx, gw, amount); });
+        },
+        [&](Retry& m) -> Effect {
+          if (s.phase != Phase::settling) return Effect::reply(m.reply_to, std::string("refused: ") + phase_name(s.phase));
+          std::int64_t amount = m.amount;
+          return Effect::persist(std::vector<Event>{Declined{"retried"}, Accepted{amount}})
+              .then_reply(m.reply_to, [](const State& st) { return "retrying " + std::to_string(st.amount); })
+              .then([&ctx, gw = gateway, amount] { ask_gateway(ctx, gw, amount); });
+        },
+        [&](Hold& m) -> Effect {
+          m.entered->open();
+          (void)m.release->wait();
+          return Effect::none();
         },
         [&](GatewayResult& m) -> Effect {
           if (s.phase != Phase::settling) return Effect::none();  // late answer: the episode is over
@@ -148,6 +166,15 @@ struct Pay {
         [&](const Noted& n) {
           if (n.text == "poison") throw std::runtime_error("poisoned event");
           ++s.notes, s.last_note = n.text;
+        });
+  }
+
+  static void ask_gateway(EntityContext<Pay>& ctx, const ActorRef<GatewayRequest>& gw, std::int64_t amount) {
+    ctx.ask<bool>(
+        gw, [&](ReplyTo<bool> r) { return GatewayRequest{ctx.id(), amount, std::move(r)}; }, std::chrono::hours(1),
+        [](Result<bool> r) -> Command {
+          if (!r.ok()) return GatewayResult{false, r.error().to_string()};
+          return GatewayResult{*r, {}};
         });
   }
 

@@ -2,9 +2,9 @@
 // every back end. A back end joins by adding one factory to back_ends()
 // below (a PostgreSQL one adds a JournalUnderTest that connects to a fresh
 // schema); nothing else here changes.
-// proves: E7 at the journal level (a sequence number that is stored or was
-// deleted is refused with journal_conflict and nothing of that batch is
-// stored; acknowledged events read back whole and in order)
+// At the journal level, a sequence number that is stored or was deleted is
+// refused with journal_conflict and nothing of that batch is stored;
+// acknowledged events read back whole and in order (E7).
 
 #include <gtest/gtest.h>
 #include <stdlib.h>  // mkdtemp
@@ -193,8 +193,8 @@ AppendBatch fenced(const std::string& id, std::uint64_t first, std::uint64_t las
   return b;
 }
 
+// proves: E9
 TEST_P(JournalContract, an_append_fenced_below_the_stored_fence_is_refused_naming_both_and_stores_nothing) {
-  // proves: E9
   ASSERT_TRUE(js::raise_fence(j(), "shard/1", 3).ok());
   auto stale = js::append(j(), fenced("a", 1, 2, "shard/1", 2));
   ASSERT_FALSE(stale.ok());
@@ -212,8 +212,8 @@ TEST_P(JournalContract, an_append_fenced_below_the_stored_fence_is_refused_namin
   EXPECT_EQ(seqs(*js::replay(j(), "a")), range(1, 2));
 }
 
+// proves: E9
 TEST_P(JournalContract, a_fence_never_goes_down_and_bad_fences_are_invalid_arguments) {
-  // proves: E9
   ASSERT_TRUE(js::raise_fence(j(), "k", 5).ok());
   EXPECT_TRUE(js::raise_fence(j(), "k", 5).ok());  // the same value again
   auto lower = js::raise_fence(j(), "k", 4);
@@ -240,8 +240,8 @@ TEST_P(JournalContract, highest_fence_is_the_highest_raised_under_any_key) {
   EXPECT_EQ(*js::highest_fence(j()), 7u);
 }
 
+// proves: E9
 TEST_P(JournalContract, a_refused_fenced_append_fails_only_its_own_batch_among_appends_in_flight) {
-  // proves: E9
   ASSERT_TRUE(js::raise_fence(j(), "s", 2).ok());
   std::vector<AppendBatch> batches = {fenced("a", 1, 1, "s", 2), fenced("b", 1, 2, "s", 1),  // stale
                                       batch("c", 1, 1), fenced("a", 2, 2, "s", 2), fenced("d", 1, 1, "t", 1)};
@@ -255,10 +255,9 @@ TEST_P(JournalContract, a_refused_fenced_append_fails_only_its_own_batch_among_a
   EXPECT_TRUE(js::replay(j(), "b")->empty());
 }
 
+// The raise and the appends in flight under the old fence are ordered: each such append is either refused or visible to a read made after the raise returned.
+// proves: E9
 TEST_P(JournalContract, every_append_stored_under_an_old_fence_is_visible_once_the_raise_is_acknowledged) {
-  // proves: E9 (the raise and the appends in flight under the old fence are
-  // ordered: each such append is either refused or visible to a read made
-  // after the raise returned)
   constexpr int kIds = 200;
   for (int round = 0; round < 12; ++round) {
     const std::string key = "race/" + std::to_string(round);
@@ -289,8 +288,8 @@ TEST_P(JournalContract, every_append_stored_under_an_old_fence_is_visible_once_t
   }
 }
 
+// proves: E9
 TEST_P(JournalContract, a_fenced_view_waits_for_its_raise_then_stamps_appends_and_a_stale_view_fails_everything) {
-  // proves: E9
   auto inner = std::shared_ptr<Journal>(&j(), [](Journal*) {});
   auto owner = troupe::FencedJournal::open(inner, {"shard/9", 7});
   ASSERT_TRUE(js::append(*owner, batch("a", 1, 2)).ok());
@@ -327,8 +326,8 @@ TEST_P(JournalContract, a_batch_is_stored_whole_and_replays_in_order) {
   for (std::uint64_t s = 1; s <= 4; ++s) EXPECT_EQ((*r)[s - 1], event(s));
 }
 
+// proves: E7
 TEST_P(JournalContract, appending_a_stored_seq_is_a_conflict_and_stores_nothing_of_that_batch) {
-  // proves: E7
   ASSERT_TRUE(js::append(j(), batch("a", 1, 2)).ok());
   auto r = js::append(j(), batch("a", 2, 4));
   ASSERT_FALSE(r.ok());
@@ -339,8 +338,9 @@ TEST_P(JournalContract, appending_a_stored_seq_is_a_conflict_and_stores_nothing_
   EXPECT_TRUE(js::append(j(), batch("a", 3, 3)).ok());
 }
 
+// Two incarnations both think the next number is 1.
+// proves: E7
 TEST_P(JournalContract, a_second_writer_replaying_the_same_seq_is_refused_whatever_its_payload) {
-  // proves: E7 (two incarnations both think the next number is 1)
   AppendBatch first = batch("e", 1, 1);
   AppendBatch stale = batch("e", 1, 1);
   stale.events[0].payload = "the stale incarnation's event";
@@ -443,8 +443,9 @@ TEST_P(JournalContract, delete_up_to_removes_the_events_but_keeps_the_highest_se
   EXPECT_EQ(*js::highest_seq(j(), "a"), 5u);
 }
 
+// A stale incarnation cannot slip in under a deletion.
+// proves: E7
 TEST_P(JournalContract, deleted_sequence_numbers_are_never_reused) {
-  // proves: E7 (a stale incarnation cannot slip in under a deletion)
   ASSERT_TRUE(js::append(j(), batch("a", 1, 3)).ok());
   ASSERT_TRUE(js::delete_up_to(j(), "a", 3).ok());
   for (std::uint64_t s : {1u, 3u}) {
@@ -576,8 +577,9 @@ TEST_P(JournalContract, a_one_megabyte_payload_round_trips) {
 
 // --- ordering, concurrency, callbacks ---------------------------------------------------
 
+// "Never reordered", failed appends among good ones included.
+// proves: E7
 TEST_P(JournalContract, completions_for_one_id_arrive_in_the_order_the_appends_were_made) {
-  // proves: E7 ("never reordered"), including failed appends among good ones
   constexpr std::size_t n = 300;
   std::vector<AppendBatch> batches;
   std::uint64_t next = 1;

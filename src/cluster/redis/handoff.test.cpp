@@ -19,7 +19,7 @@ Clock::time_point first_event(const Fleet& f, const std::string& kind, const std
   return Clock::time_point::max();
 }
 
-// proves: W4, W6
+// proves: W4
 TEST_F(RedisCoordinatorTest, AMovedUnitStartsOnItsNewOwnerOnlyAfterTheOldOwnerStoppedAndReleasedIt) {
   // node-a takes 400 ms to stop a unit gracefully.
   auto& a = add_node("node-a", {"workers"}, 400ms);

@@ -263,7 +263,6 @@ TEST(RedisCoordinatorAuth, UsesThePasswordAndFailsClearlyWithoutIt) {
   EXPECT_NE(w.error().message().find("AUTH refused"), std::string::npos) << w.error().message();
 }
 
-// proves: W2
 TEST_F(RedisCoordinatorTest, NoCommandScansTheKeyspaceAndEveryKeySharesOneHashSlot) {
   RedisTestClient monitor(redis->port());
   std::atomic<bool> stop{false};

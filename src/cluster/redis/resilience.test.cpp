@@ -49,7 +49,7 @@ TEST_F(RedisCoordinatorTest, AFlushedScriptCacheIsLoadedAgainWithoutAnError) {
 
 // Redis restarted without its data: members find themselves gone, fence,
 // register again, and the epoch counter resumes above what they had seen.
-// proves: X1, W3
+// proves: X1
 TEST_F(RedisCoordinatorTest, RedisThatLostItsDataMakesNodesRegisterAgainAndEpochsNeverGoBack) {
   auto& a = add_node("node-a");
   std::uint64_t high = 0;

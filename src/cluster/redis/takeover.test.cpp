@@ -3,15 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <thread>
 
 #include "coordinator_test_support.hpp"
+#include "tcp_test_proxy.hpp"
 
 namespace troupe::test {
 namespace {
 
 using cluster::DesiredSet;
+using cluster::Member;
 using cluster::detail::RedisReply;
 using cluster::detail::Script;
 
@@ -49,6 +52,64 @@ TEST_F(RedisCoordinatorTest, ADeadMembersUnitsMoveToLiveMembersOnceItIsPastThres
   }
   EXPECT_EQ(redis_client->cmd({"ZSCORE", keys.members(), "node-c"}).type, RedisReply::Type::nil);
   EXPECT_EQ(redis_client->cmd({"HGET", keys.member_info(), "node-c"}).type, RedisReply::Type::nil);
+}
+
+// node-c keeps running, but its heartbeats stop reaching Redis (its
+// connection goes through a proxy that is cut). node-a's view keeps it
+// live while Redis' time since its last stamp is within the threshold, and
+// drops it once past it; past threshold + margin its units move.
+// proves: W2
+TEST_F(RedisCoordinatorTest, AMemberWhoseHeartbeatsStopIsNotLiveOncePastTheThresholdNotBeforeAndItsUnitsMove) {
+  TcpTestProxy proxy(redis->port());
+  auto& a = add_node("node-a");
+  auto& b = add_node("node-b");
+  auto& c = start_node(make_node(settings("node-c", proxy.port())));
+  ASSERT_TRUE(await(a->sync("workers", [] { return Result<DesiredSet>(units(9)); })).ok());
+  ASSERT_TRUE(wait_until([&] {
+    return c.rec->running_now().size() == 3 && a.rec->running_now().size() == 3 && a->members().size() == 3;
+  }));
+  auto c_units = c.rec->running_now();
+  auto rc = client();
+  auto cut_at = Clock::now();
+  proxy.cut();
+  std::this_thread::sleep_for(50ms);  // a heartbeat already forwarded lands
+  long long last_beat = std::stoll(rc->cmd({"ZSCORE", keys.members(), "node-c"}).str);
+  const long long threshold = 1000;  // settings(): liveness_threshold
+  long long oldest_live_age = 0;     // the oldest stamp node-a's view still counted live
+  long long age_when_gone = -1;      // Redis time since the stamp when first seen not live
+  auto give_up = Clock::now() + 10s;
+  while (Clock::now() < give_up) {
+    auto view = a->members();  // the view first: Redis' time read after it is later than the view's
+    long long redis_now = rc->time_ms();
+    auto it = std::find_if(view.begin(), view.end(), [](const Member& m) { return m.id == "node-c"; });
+    if (it == view.end()) {
+      age_when_gone = redis_now - last_beat;
+      break;
+    }
+    auto age = std::chrono::duration_cast<std::chrono::milliseconds>(it->heartbeat_age).count();
+    EXPECT_LE(age, threshold);
+    oldest_live_age = std::max<long long>(oldest_live_age, age);
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GE(age_when_gone, 0) << "node-c stayed live 10 s after its heartbeats stopped";
+  EXPECT_GT(age_when_gone, threshold) << "seen not live before the threshold";
+  // Views come every heartbeat interval (100 ms): generous bounds on when.
+  EXPECT_LT(age_when_gone, threshold + 1000) << "seen not live long after the threshold";
+  EXPECT_GE(oldest_live_age, threshold - 500) << "dropped from the view well before the threshold";
+  // Its units move to the live members, each started once, after the
+  // threshold plus the takeover margin; node-c fenced itself meanwhile.
+  ASSERT_TRUE(wait_until([&] { return a.rec->running_now().size() + b.rec->running_now().size() == 9; }));
+  for (const auto& [unit, epoch] : c_units) {
+    EXPECT_EQ(fleet.starts(unit, "node-a") + fleet.starts(unit, "node-b"), 1u) << unit;
+    for (const auto& e : fleet.events()) {
+      if (e.unit == unit && e.kind == "start" && e.node != "node-c") {
+        EXPECT_GE(e.at - cut_at, 1000ms + 500ms - 150ms) << unit << " taken before threshold + margin";
+      }
+    }
+  }
+  EXPECT_TRUE(c.rec->is_fenced_now());
+  EXPECT_TRUE(c.rec->running_now().empty());
+  EXPECT_EQ(rc->cmd({"ZSCORE", keys.members(), "node-c"}).type, RedisReply::Type::nil);
 }
 
 // proves: W2

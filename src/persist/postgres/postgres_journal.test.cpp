@@ -157,7 +157,8 @@ TEST(PostgresJournal, a_conflict_fails_only_its_own_batch_in_a_shared_transactio
   EXPECT_EQ(*js::highest_seq(*j, "c"), 4u);  // 3 was not stored
 }
 
-// proves: E7 (nodes share one schema; each id has one writer at a time)
+// Nodes share one schema; each id has one writer at a time.
+// proves: E7
 TEST(PostgresJournal, two_journals_on_one_schema_take_turns_on_an_id_and_refuse_a_stale_writer) {
   const std::string conninfo = troupe::test::shared_postgres_conninfo();
   const std::string schema = troupe::test::fresh_schema();
@@ -229,7 +230,8 @@ TEST(PostgresJournal, appends_fail_while_the_server_is_down_and_succeed_after_it
   j.reset();
 }
 
-// proves: E9 (a single node's journal fences by the owner's incarnation)
+// A single node's journal fences by the owner's incarnation.
+// proves: E9
 TEST(PostgresJournal, a_second_journal_opened_as_the_same_owner_refuses_the_first_ones_appends) {
   const std::string conninfo = troupe::test::shared_postgres_conninfo();
   const std::string schema = troupe::test::fresh_schema();

@@ -2,10 +2,8 @@
 // the file outlives the process, group commit, the single-process lock,
 // clear errors for bad files and garbled rows, and no acknowledged event lost
 // to a SIGKILL.
-// proves: E7 (acknowledged events survive a crash, logs stay gap-free, the
-// primary key refuses a number written behind the journal's back)
-// proves: X1 for journal rows (a garbled row is corrupt_record naming the
-// persistence id and seq; the other ids still read fine)
+// A garbled row is corrupt_record naming the persistence id and seq; the
+// other ids still read fine.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -424,9 +422,9 @@ TEST_F(SqliteJournalTest, unusable_options_are_invalid_arguments) {
 
 // --- the primary key as the last word ------------------------------------------------------
 
+// The primary key refuses the number even when the journal's own bookkeeping says it is free.
+// proves: E7
 TEST_F(SqliteJournalTest, a_row_written_behind_the_journal_s_back_still_makes_the_append_a_conflict) {
-  // proves: E7 (the primary key refuses the number even when the journal's
-  // own bookkeeping says it is free)
   auto j = open();
   ASSERT_TRUE(js::append(*j, batch("a", 1, 2)).ok());
   RawDb raw(path_);
@@ -481,6 +479,7 @@ class SqliteCorruption : public SqliteJournalTest {
   std::shared_ptr<SqliteJournal> journal_;
 };
 
+// proves: X1
 TEST_F(SqliteCorruption, a_null_type_is_corrupt_record_naming_the_id_and_seq) {
   expect_corrupt("UPDATE events SET type = NULL WHERE persistence_id = 'bad' AND seq = 3", 3, "type is NULL");
 }
@@ -504,6 +503,7 @@ TEST_F(SqliteCorruption, a_version_above_32_bits_is_corrupt_record) {
                  "version 4294967296");
 }
 
+// proves: X1
 TEST_F(SqliteCorruption, a_hole_in_the_middle_of_a_log_is_corrupt_record_naming_the_missing_seq) {
   expect_corrupt("DELETE FROM events WHERE persistence_id = 'bad' AND seq = 3", 3, "missing");
 }
@@ -621,8 +621,8 @@ bool run_and_kill_writer(const std::string& path, std::size_t min_acks, std::chr
   return !died && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
+// proves: E7
 TEST_F(SqliteJournalTest, e7_every_acknowledged_event_survives_a_sigkill_and_no_log_has_a_gap) {
-  // proves: E7
   std::map<std::string, std::uint64_t> acked;  // id -> highest acknowledged seq
   std::size_t acks = 0;
   for (int round = 0; round < 3; ++round) {
