@@ -21,6 +21,8 @@
 #include "../persist/postgres/postgres_test_server.hpp"
 #include "tally_test_entity.hpp"
 #include "troupe/node/node.hpp"
+#include "troupe/patterns/keyed_lock.hpp"
+#include "troupe/patterns/process_manager.hpp"
 #include "troupe/persist/memory_journal.hpp"
 
 namespace {
@@ -58,6 +60,17 @@ void expect_promtool_accepts(const std::string& body, const std::filesystem::pat
   std::string cmd = "/usr/bin/promtool check metrics < " + file.string() + " >/dev/null 2>&1";
   EXPECT_EQ(std::system(cmd.c_str()), 0) << body;
 }
+
+// A process that completes at once with twice its argument.
+struct DoublerMsg {};
+struct Doubler : troupe::Actor<DoublerMsg> {
+  using result_type = int;
+  Doubler(troupe::ProcessHandle<int> h, int v) : handle(std::move(h)), value(v) {}
+  void on_start() { handle.complete(2 * value); }
+  void receive(DoublerMsg&) {}
+  troupe::ProcessHandle<int> handle;
+  int value;
+};
 
 // --- fixture -----------------------------------------------------------------------
 
@@ -172,6 +185,69 @@ TEST_F(NodeTest, TheOverviewAndMetricsShowEntitiesTheJournalAndProcessingEntitie
   EXPECT_NE(m.body.find("troupe_journal_append_seconds_count 11\n"), std::string::npos);
   EXPECT_NE(m.body.find("troupe_mailbox_depth{node=\"n1\"}"), std::string::npos);
 
+  expect_promtool_accepts(m.body, dir_);
+}
+
+// Every family SPEC X2 names is in /metrics with the value the component
+// counts: mailboxes, entities, the journal, a keyed lock, a process
+// manager, a job service and the cluster view.
+// proves: X2
+TEST_F(NodeTest, MetricsCountMailboxesEntitiesTheJournalLocksProcessesJobsAndTheCluster) {
+  start();
+  auto& system = node_->system();
+  for (int i = 0; i < 3; ++i) {
+    auto r = tallies_->ask<std::int64_t>("m" + std::to_string(i),
+                                          [](troupe::ReplyTo<std::int64_t> rt) { return Add{1, std::move(rt)}; }, 5s)
+                 .get();
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+  // A lock: two grants, one waiter that gives up.
+  troupe::KeyedLockSettings ls;
+  ls.name = "accounts";
+  ls.wait_timeout = 50ms;
+  auto lock = troupe::KeyedLock::start(system, ls);
+  ASSERT_TRUE(lock.ok()) << lock.error().to_string();
+  auto release = std::make_shared<troupe::Promise<int>>();
+  auto held = lock->lock("k", [release](const troupe::LockLease&) { return release->future(); });
+  auto waiter = lock->lock("k", [](const troupe::LockLease&) { return 2; }).get();
+  ASSERT_FALSE(waiter.ok());
+  EXPECT_EQ(waiter.error().code(), troupe::ErrorCode::acquire_timeout);
+  release->set_value(1);
+  ASSERT_TRUE(std::move(held).get().ok());
+  ASSERT_TRUE(lock->lock("k", [](const troupe::LockLease&) { return 3; }).get().ok());
+  node_->watch_lock("accounts", *lock);
+  // A process manager: three processes completed.
+  auto pm = troupe::ProcessManager<Doubler>::start(system, {.name = "doublers", .max_running = 2});
+  ASSERT_TRUE(pm.ok()) << pm.error().to_string();
+  for (int i = 1; i <= 3; ++i) {
+    auto r = pm->submit(i).get();
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ(*r, 2 * i);
+  }
+  node_->watch_process_manager("doublers", [pm = *pm] { return pm.stats(); });
+  // A durable job service: one job succeeded.
+  troupe::JobSettings js;
+  js.name = "mail";
+  js.workers = 1;
+  auto jobs = node_->start_jobs(js, send_translator(), send_workers());
+  ASSERT_TRUE(jobs.ok()) << jobs.error().to_string();
+  ASSERT_TRUE(jobs->enqueue(troupe::Job{"mail", "hello"}).get().ok());
+  ASSERT_TRUE(eventually([&] { return jobs->stats().succeeded == 1; }));
+
+  auto m = call("GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  for (const char* line : {
+           "troupe_mailbox_depth{node=\"n1\"}",
+           "troupe_entities_active{node=\"n1\",type=\"tally\"} 3\n",
+           "troupe_journal_appends_total{node=\"n1\",backend=\"sqlite\"}",
+           "troupe_lock_grants_total{node=\"n1\",lock=\"accounts\"} 2\n",
+           "troupe_lock_acquire_timeouts_total{node=\"n1\",lock=\"accounts\"} 1\n",
+           "troupe_process_completed_total{node=\"n1\",manager=\"doublers\"} 3\n",
+           "troupe_process_running{node=\"n1\",manager=\"doublers\"} 0\n",
+           "troupe_jobs_outcomes_total{node=\"n1\",service=\"mail\",outcome=\"succeeded\"} 1\n",
+           "troupe_cluster_members{node=\"n1\"} 1\n",
+       })
+    EXPECT_NE(m.body.find(line), std::string::npos) << "missing: " << line << "\n" << m.body;
   expect_promtool_accepts(m.body, dir_);
 }
 
