@@ -19,11 +19,15 @@ list(APPEND TROUPE_CLUSTER_TEST_ENV "TROUPE_TEST_POSTGRES_STATE=${TROUPE_PG_STAT
 # and takes up to minutes. gtest_discover_tests names the tests at build
 # time in the CTest file, so their properties are set by a script included
 # after its list (deferred to the end of this directory's configuration).
+# The script also gives them the whole environment list: the ENVIRONMENT
+# of gtest_discover_tests keeps only its first entry, and without
+# TROUPE_TEST_POSTGRES_STATE each test process starts a PostgreSQL server
+# of its own instead of the fixture's.
 set(_troupe_cluster_serial ${CMAKE_CURRENT_BINARY_DIR}/cluster_processes_serial.cmake)
-file(WRITE ${_troupe_cluster_serial} [=[
+file(WRITE ${_troupe_cluster_serial} "set(_env [==[${TROUPE_CLUSTER_TEST_ENV}]==])\n" [=[
 foreach(t IN LISTS cluster_tests_TESTS)
   if(t MATCHES "^ClusterProcesses\\.")
-    set_tests_properties(${t} PROPERTIES RUN_SERIAL TRUE TIMEOUT 1200)
+    set_tests_properties(${t} PROPERTIES RUN_SERIAL TRUE TIMEOUT 1200 ENVIRONMENT "${_env}")
   endif()
 endforeach()
 ]=])
