@@ -85,13 +85,19 @@ inline std::string activation_line(const char* kind, const std::string& entity, 
          std::to_string(incarnation) + " " + std::to_string(wall_now_us()) + "\n";
 }
 
-// Held by the behaviour object of one incarnation: written when it is
-// built (the registry builds it as it spawns the incarnation) and when it
-// is destroyed. The actor runtime destroys an actor's object in the same
-// stop hook that runs its on_stop, right after the entity told its shard it
-// is down; the shard can only release the shard to the directory (and a new
-// owner start the entity) after handling that message, so the stop line is
-// written before anyone else may activate the entity.
+// One incarnation's lines in the activation log: "start" when the token is
+// made (the factory, as the registry builds the incarnation's behaviour
+// object), "stop" when the last behaviour object holding it is destroyed.
+// The actor runtime destroys an actor's object in the stop hook that runs
+// its on_stop, right after on_stop told the shard that the entity is down
+// (CellImpl::on_stop_hook in troupe/core/actor.hpp), on every way an
+// incarnation ends (passivation, a refused append, a hand-off, a fence).
+// Another node can start the entity only after that shard handled the
+// message, its registry reported the shard stopped, released() went to
+// the directory and the release went through Redis: the stop line comes
+// first by far more than the microseconds between on_stop and the
+// destructor. Owned by the behaviour object (shared, as it is moved); the
+// log it writes to outlives every entity. Thread-safe as the log is.
 class ActivationToken {
  public:
   ActivationToken(History* log, std::string entity, std::string node, std::uint64_t incarnation)
@@ -113,7 +119,8 @@ class ActivationToken {
 #if TROUPE_TEST_UNFENCED
 // The journal without fences: appends are stored without their writer's
 // fence and raise_fence stores nothing, so a stale owner's appends are
-// refused by nothing but the primary key.
+// refused by nothing but the primary key. Shares the inner journal;
+// thread-safe as the inner journal is.
 class UnfencedJournal final : public Journal {
  public:
   explicit UnfencedJournal(std::shared_ptr<Journal> inner) : inner_(std::move(inner)) {}
@@ -145,7 +152,8 @@ class UnfencedJournal final : public Journal {
 
 // The cluster's directory, less self-fencing: the immediate stops a node
 // that lost its lease asks of its shards are dropped, so its entities live
-// on after a takeover. Hand-offs (graceful stops) go through.
+// on after a takeover. Hand-offs (graceful stops) go through. Refers to the
+// cluster's directory, which outlives it; thread-safe as that one is.
 class UnfencedDirectory final : public ShardDirectory {
  public:
   explicit UnfencedDirectory(ShardDirectory& inner) : inner_(inner) {}

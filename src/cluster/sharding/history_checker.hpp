@@ -101,7 +101,8 @@ struct HistoryRecord {
   WallUs taken = 0;  // when the record was taken: activations still running end here
 };
 
-// The driver's record of its asks. Thread-safe.
+// The driver's record of its asks, kept by the test that asks; every ask
+// is added once its outcome is known. Thread-safe: load threads add to it.
 class ClientHistory {
  public:
   void add(ClientOp op) {
