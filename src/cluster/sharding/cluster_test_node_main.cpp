@@ -1,17 +1,27 @@
 // One cluster node for the multi-process tests (cluster_process.test.cpp):
 // an actor system, the PostgreSQL journal, the Redis coordinator, remoting
 // and a shard region of accounts whose every stored deposit is also written
-// to a history file as "<entity> <node> <incarnation> <seq> <amount>", so a
-// checker can prove after the run that no two incarnations of one entity
-// were ever active together and that nothing acknowledged was lost.
+// to a history file as "<entity> <node> <incarnation> <seq> <amount>", and
+// whose every incarnation writes "start ..." and "stop ..." lines to an
+// activation log, so a checker can prove after the run that no two
+// incarnations of one entity were ever active together and that nothing
+// acknowledged was lost (SPEC V1, history_checker.hpp).
 //
 //   cluster_test_node --id n1 --redis-port P --postgres CONNINFO --schema S
-//                     --history FILE [--shards N] [--heartbeat-ms 200]
-//                     [--threshold-ms 1000] [--margin-ms 300] [--settle-ms 30000]
+//                     --history FILE [--activations FILE] [--shards N]
+//                     [--heartbeat-ms 200] [--threshold-ms 1000]
+//                     [--margin-ms 300] [--settle-ms 30000]
 //
 // Prints "READY <port>" once registered. A control actor, published as
 // "ctl", takes requests from the test driver (deposit / where / stats).
 // SIGTERM: a graceful leave (shards handed off), then exit 0.
+//
+// Built a second time as cluster_test_node_unfenced with
+// TROUPE_TEST_UNFENCED=1: a node without the guards of E7/E9, for the test
+// that shows the checker sees two live incarnations. Its journal stores
+// every append without its fence and raises no fence, and its region
+// ignores the immediate stops that self-fencing asks for. Test-only: the
+// library has no such switch.
 
 #include <signal.h>
 #include <unistd.h>
@@ -28,6 +38,7 @@
 #include <variant>
 
 #include "cluster_test_protocol.hpp"
+#include "history_checker.hpp"
 #include "troupe/cluster/cluster.hpp"
 #include "troupe/core.hpp"
 #include "troupe/persist.hpp"
@@ -64,6 +75,109 @@ class History {
   std::FILE* f_;
 };
 
+// The activation log (SPEC V1): a line when an incarnation of an entity
+// starts, "start <entity> <node> <pid> <incarnation> <wall us>", and one when
+// it ends, "stop ...". A process killed with SIGKILL writes no stop line;
+// the checker ends its activations at the kill.
+inline std::string activation_line(const char* kind, const std::string& entity, const std::string& node,
+                                   std::uint64_t incarnation) {
+  return std::string(kind) + " " + entity + " " + node + " " + std::to_string(getpid()) + " " +
+         std::to_string(incarnation) + " " + std::to_string(wall_now_us()) + "\n";
+}
+
+// One incarnation's lines in the activation log: "start" when the token is
+// made (the factory, as the registry builds the incarnation's behaviour
+// object), "stop" when the last behaviour object holding it is destroyed.
+// The actor runtime destroys an actor's object in the stop hook that runs
+// its on_stop, right after on_stop told the shard that the entity is down
+// (CellImpl::on_stop_hook in troupe/core/actor.hpp), on every way an
+// incarnation ends (passivation, a refused append, a hand-off, a fence).
+// Another node can start the entity only after that shard handled the
+// message, its registry reported the shard stopped, released() went to
+// the directory and the release went through Redis: the stop line comes
+// first by far more than the microseconds between on_stop and the
+// destructor. Owned by the behaviour object (shared, as it is moved); the
+// log it writes to outlives every entity. Thread-safe as the log is.
+class ActivationToken {
+ public:
+  ActivationToken(History* log, std::string entity, std::string node, std::uint64_t incarnation)
+      : log_(log), entity_(std::move(entity)), node_(std::move(node)), incarnation_(incarnation) {
+    if (log_) log_->add(activation_line("start", entity_, node_, incarnation_));
+  }
+  ~ActivationToken() {
+    if (log_) log_->add(activation_line("stop", entity_, node_, incarnation_));
+  }
+  ActivationToken(const ActivationToken&) = delete;
+  ActivationToken& operator=(const ActivationToken&) = delete;
+
+ private:
+  History* log_;
+  std::string entity_, node_;
+  std::uint64_t incarnation_;
+};
+
+#if TROUPE_TEST_UNFENCED
+// The journal without fences: appends are stored without their writer's
+// fence and raise_fence stores nothing, so a stale owner's appends are
+// refused by nothing but the primary key. Shares the inner journal;
+// thread-safe as the inner journal is.
+class UnfencedJournal final : public Journal {
+ public:
+  explicit UnfencedJournal(std::shared_ptr<Journal> inner) : inner_(std::move(inner)) {}
+  void append(AppendBatch batch, Callback<void> done) override {
+    batch.fence = Fence{};
+    inner_->append(std::move(batch), std::move(done));
+  }
+  void replay(std::string id, std::uint64_t from, std::uint64_t to, Callback<std::vector<EventRecord>> done) override {
+    inner_->replay(std::move(id), from, to, std::move(done));
+  }
+  void highest_seq(std::string id, Callback<std::uint64_t> done) override { inner_->highest_seq(std::move(id), std::move(done)); }
+  void delete_up_to(std::string id, std::uint64_t to, Callback<void> done) override {
+    inner_->delete_up_to(std::move(id), to, std::move(done));
+  }
+  void save_snapshot(std::string id, SnapshotRecord s, Callback<void> done) override {
+    inner_->save_snapshot(std::move(id), std::move(s), std::move(done));
+  }
+  void load_snapshot(std::string id, Callback<std::optional<SnapshotRecord>> done) override {
+    inner_->load_snapshot(std::move(id), std::move(done));
+  }
+  void recover(std::string id, Callback<Recovery> done) override { inner_->recover(std::move(id), std::move(done)); }
+  void raise_fence(std::string, std::uint64_t, Callback<void> done) override { done(Result<void>{}); }
+  void highest_fence(Callback<std::uint64_t> done) override { inner_->highest_fence(std::move(done)); }
+  std::string_view name() const noexcept override { return "unfenced"; }
+
+ private:
+  std::shared_ptr<Journal> inner_;
+};
+
+// The cluster's directory, less self-fencing: the immediate stops a node
+// that lost its lease asks of its shards are dropped, so its entities live
+// on after a takeover. Hand-offs (graceful stops) go through. Refers to the
+// cluster's directory, which outlives it; thread-safe as that one is.
+class UnfencedDirectory final : public ShardDirectory {
+ public:
+  explicit UnfencedDirectory(ShardDirectory& inner) : inner_(inner) {}
+  const std::string& self() const override { return inner_.self(); }
+  Result<void> attach(const std::string& type, std::uint32_t shard_count, Host host) override {
+    auto stop = std::move(host.stop);
+    host.stop = [stop](std::uint32_t shard, std::uint64_t epoch, bool immediate) {
+      if (!immediate) stop(shard, epoch, immediate);
+    };
+    return inner_.attach(type, shard_count, std::move(host));
+  }
+  void detach(const std::string& type) override { inner_.detach(type); }
+  void locate(const std::string& type, std::uint32_t shard, Located done) override {
+    inner_.locate(type, shard, std::move(done));
+  }
+  void released(const std::string& type, std::uint32_t shard, std::uint64_t epoch) override {
+    inner_.released(type, shard, epoch);
+  }
+
+ private:
+  ShardDirectory& inner_;
+};
+#endif
+
 struct Ledger {
   using Command = LedgerCmd;
   using Event = LedgerEvent;
@@ -75,6 +189,7 @@ struct Ledger {
   History* history = nullptr;
   Duration settle_timeout{};
   std::string hold_marker;  // written with the entity's id when a Deposit holds
+  std::shared_ptr<ActivationToken> activation;  // this incarnation's lines in the activation log
 
   Effect on_command(const State& s, Command& c, EntityContext<Ledger>& ctx) {
     return std::visit(
@@ -219,6 +334,9 @@ int main(int argc, char** argv) {
   std::string schema = arg(argc, argv, "--schema");
   const std::string history_path = arg(argc, argv, "--history");
   History history(history_path);
+  const std::string activations_path = arg(argc, argv, "--activations", "");
+  std::unique_ptr<History> activations;
+  if (!activations_path.empty()) activations = std::make_unique<History>(activations_path);
   std::uint32_t shards = static_cast<std::uint32_t>(std::atoi(arg(argc, argv, "--shards", "30").c_str()));
   auto ms = [&](const char* name, const char* d) { return std::chrono::milliseconds(std::atoi(arg(argc, argv, name, d).c_str())); };
 
@@ -274,11 +392,24 @@ int main(int argc, char** argv) {
   rs.shard_count = shards;
   Duration settle = ms("--settle-ms", "30000");
   std::atomic<std::uint64_t> incarnations{0};
+#if TROUPE_TEST_UNFENCED
+  std::shared_ptr<Journal> entity_journal = std::make_shared<UnfencedJournal>(journal.value());
+  UnfencedDirectory unfenced_directory(cluster.value()->directory());
+  ShardDirectory& directory = unfenced_directory;
+#else
+  std::shared_ptr<Journal> entity_journal = journal.value();
+  ShardDirectory& directory = cluster.value()->directory();
+#endif
   auto region = ShardRegion<Ledger>::start(
-      system, journal.value(), cluster.value()->remoting(), cluster.value()->directory(), rs, ledger_events(),
-      ledger_commands(), [&](const std::string&) {
-        return Ledger{id, (static_cast<std::uint64_t>(getpid()) << 32) | ++incarnations, &history, settle,
-                      history_path + ".holding"};
+      system, entity_journal, cluster.value()->remoting(), directory, rs, ledger_events(), ledger_commands(),
+      [&](const std::string& entity) {
+        std::uint64_t incarnation = (static_cast<std::uint64_t>(getpid()) << 32) | ++incarnations;
+        return Ledger{id,
+                      incarnation,
+                      &history,
+                      settle,
+                      history_path + ".holding",
+                      std::make_shared<ActivationToken>(activations.get(), entity, id, incarnation)};
       });
   if (!region.ok()) {
     std::fprintf(stderr, "cluster_test_node %s: region: %s\n", id.c_str(), region.error().to_string().c_str());

@@ -2,7 +2,8 @@
 // A cluster_test_node process, for the multi-process tests and the cluster
 // benchmarks: started with its arguments, ready once it printed "READY
 // <port>", killed with SIGKILL or asked to leave with SIGTERM. It dies with
-// the process that started it.
+// the process that started it. It records when it was killed, frozen and
+// woken (wall clock), for the history checker (history_checker.hpp).
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,6 +17,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "history_checker.hpp"
 
 namespace troupe::cluster::proc {
 
@@ -35,6 +38,7 @@ class NodeProcess {
     const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork");
+    pid_seen_ = pid_;
     if (pid_ == 0) {
       // A test binary that dies (a crash, a timeout's SIGKILL) takes its
       // nodes with it.
@@ -61,19 +65,29 @@ class NodeProcess {
   }
   ~NodeProcess() { kill9(); }
 
+  // Recorded once the process is gone.
   void kill9() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
+    note(NodeSignal::Kind::kill);
     pid_ = -1;
   }
   // SIGSTOP / SIGCONT: the process freezes as under a long GC pause or a VM
-  // freeze, and wakes up again, none the wiser.
+  // freeze, and wakes up again, none the wiser. The recorded frozen time
+  // lies inside the real one: a pause is recorded once the process has
+  // stopped, a resume just before it is woken.
   void pause() {
-    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGSTOP);
+    int status = 0;
+    waitpid(pid_, &status, WUNTRACED);
+    note(NodeSignal::Kind::pause);
   }
   void resume() {
-    if (pid_ > 0) ::kill(pid_, SIGCONT);
+    if (pid_ <= 0) return;
+    note(NodeSignal::Kind::resume);
+    ::kill(pid_, SIGCONT);
   }
   // SIGTERM: graceful leave. True if it exited 0 within `bound`.
   bool terminate(std::chrono::seconds bound) {
@@ -94,10 +108,17 @@ class NodeProcess {
   const std::string& id() const { return id_; }
   std::uint16_t port() const { return port_; }
   bool running() const { return pid_ > 0; }
+  long pid() const { return pid_seen_; }
+  // What the driver did to the process, in order.
+  const std::vector<NodeSignal>& signals() const { return signals_; }
 
  private:
+  void note(NodeSignal::Kind k) { signals_.push_back(NodeSignal{k, id_, pid_seen_, wall_now_us()}); }
+
   std::string id_;
   pid_t pid_ = -1;
+  long pid_seen_ = 0;
+  std::vector<NodeSignal> signals_;
   std::uint16_t port_ = 0;
 };
 
