@@ -127,7 +127,7 @@ class ClusterSharding : public ::testing::Test {
   }
 };
 
-// proves: W3, E5
+// proves: W3
 TEST_F(ClusterSharding, ThreeNodesServeEveryEntityFromAnyNodeOnTheShardsOneOwner) {
   add("a");
   add("b");

@@ -677,7 +677,7 @@ TEST_F(ClusterProcesses, AGracefulShutdownWaitsForSettlingEntitiesBeforeHandingT
   expect_history_holds();
 }
 
-// proves: W2, W7, E7
+// proves: W2, E7
 TEST_F(ClusterProcesses, RedisAwayForTenSecondsFencesTheNodesThenTheyResumeWithNothingLost) {
   for (auto id : {"n1", "n2", "n3"}) start_node(id);
   await_members();

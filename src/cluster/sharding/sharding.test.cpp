@@ -121,7 +121,6 @@ class Sharding : public ::testing::Test {
   }
 };
 
-// proves: E5
 TEST_F(Sharding, AMessageSentFromAnyNodeReachesTheEntityOnItsShardsOwner) {
   boot({"n1", "n2", "n3"});
   for (int i = 0; i < 60; ++i) {
