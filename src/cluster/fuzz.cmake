@@ -1,0 +1,15 @@
+# libFuzzer target of the cluster layer's message codecs, included by the
+# top-level CMakeLists.txt when TROUPE_BUILD_FUZZ=ON (see troupe_add_fuzz
+# there); scripts/fuzz runs it on src/cluster/wire_fuzz_corpus.
+#
+# wire_codecs_fuzz: the cluster lock's and the cluster job service's wire
+# codecs (sharding/cluster_lock_wire.hpp, sharding/cluster_jobs_wire.hpp)
+# on arbitrary bytes, under ASan and UBSan; links troupe::core for the
+# reply targets. wire_fuzz_seeds writes its seed corpus.
+
+troupe_add_fuzz(wire_codecs_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/wire_codecs_fuzz.cpp
+  LIBS troupe::core)
+troupe_add_fuzz_seeds(wire_fuzz_seeds
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/wire_fuzz_seeds_main.cpp
+  LIBS troupe::core)
