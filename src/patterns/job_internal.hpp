@@ -342,5 +342,11 @@ ActorRef<WatchdogTick> spawn_job_watchdog(ActorSystem& system, std::string name,
 // Recovery at start (J6, job_journal.cpp): the jobs of the journal without
 // a journaled outcome; fills core.journal_state.
 Result<std::vector<JobRecord>> recover_jobs(JobCore& core);
+// recover_jobs' reading of the rows it recovered (persistence id `pid`): the
+// jobs accepted without an outcome, by id, and in `state` where the proxy
+// goes on. A row this service would not have written is corrupt_record.
+// A pure function of its arguments.
+Result<std::vector<JobRecord>> decode_job_rows(Recovery& rec, const std::string& pid, Duration default_timeout,
+                                               Duration watchdog_limit, JobJournalState& state);
 
 }  // namespace troupe::detail

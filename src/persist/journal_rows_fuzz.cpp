@@ -3,7 +3,8 @@
 // hostile DBA can leave in the tables is read back as a value or as an
 // error, never a crash, undefined behaviour (ASan/UBSan), a leak or a hang.
 //
-// The first byte picks the back end (bit 0) and the read (the rest: recover,
+// The first byte picks the back end (its two low bits: SQLite, PostgreSQL,
+// or the durable job service's rows) and the read (the rest: recover,
 // replay, highest_seq, load_snapshot, highest_fence); the next two bytes are
 // replay's bounds (255: unbounded).
 //
@@ -18,6 +19,14 @@
 // type per column (bigint, bytea, text, unknown), then cells (NULL, 8
 // bytes, or bytes). It goes through the decoder of the chosen statement
 // (pg_support.hpp: parse_recovery and its siblings).
+//
+// Durable jobs: the rest is the events of a job service's journal, each a
+// byte (type: job.accepted, job.finished, another), a version byte, a
+// 16-bit length and the payload, in consecutive seqs; they go through
+// decode_job_rows as the service's recovery hands them over. An accepted
+// decoding must re-queue jobs with distinct non-zero ids, timeouts the
+// watchdog allows, an id counter above every id, and row counts that add
+// up to the jobs.
 //
 // Checks beyond "no crash": an error is corrupt_record (SQLite; PostgreSQL
 // also journal_failed for a result of the wrong shape) with a message; a
@@ -39,6 +48,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../patterns/job_internal.hpp"
 #include "postgres/pg_support.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
 
@@ -245,8 +255,9 @@ void postgres_rows(Read read, std::uint64_t from, std::uint64_t to, Input& in) {
     case Read::recover: {
       auto rec = pg::parse_recovery(r.get(), "p");
       if (!rec.ok()) return check_error(rec.error(), true);
+      // Which events follow the snapshot is the statement's to select (seq
+      // above the snapshot's); a result the server cannot send may break it.
       check_events(rec->events, 1, UINT64_MAX, false);
-      if (rec->snapshot && !rec->events.empty()) check(rec->events.front().seq > rec->snapshot->seq);
       break;
     }
     case Read::replay: {
@@ -276,19 +287,52 @@ void postgres_rows(Read read, std::uint64_t from, std::uint64_t to, Input& in) {
   }
 }
 
+// --- the durable job service's rows ----------------------------------------------
+
+void job_rows(std::uint8_t lo, std::uint8_t hi, Input& in) {
+  using namespace std::chrono_literals;
+  troupe::Recovery rec;
+  std::uint64_t seq = lo;
+  for (int rows = 0; !in.empty() && rows < 64; ++rows) {
+    EventRecord e;
+    e.seq = ++seq;
+    const std::uint8_t kind = in.byte() % 3;
+    e.type = kind == 0 ? "job.accepted" : kind == 1 ? "job.finished" : in.bytes(in.byte() % 16);
+    e.version = in.byte() % 3;
+    const std::size_t len = std::size_t{in.byte()} << 8 | in.byte();
+    e.payload = in.bytes(len);
+    rec.events.push_back(std::move(e));
+  }
+  rec.highest_seq = seq + (hi & 3);
+  troupe::detail::JobJournalState state;
+  const troupe::Duration default_timeout = 30s, watchdog = 300s;
+  auto jobs = troupe::detail::decode_job_rows(rec, "jobs", default_timeout, watchdog, state);
+  if (!jobs.ok()) return check_error(jobs.error(), false);
+  std::uint64_t unfinished = 0;
+  for (const auto& row : state.rows) unfinished += row.unfinished;
+  check(unfinished == jobs->size());
+  check(state.next_seq == rec.highest_seq + 1);
+  check(state.next_id != 0);  // ids are never 0: the counter must not wrap
+  for (std::size_t i = 0; i < jobs->size(); ++i) {
+    const auto& j = (*jobs)[i];
+    check(j.id != 0 && j.id < state.next_id);
+    if (i > 0) check((*jobs)[i - 1].id < j.id);
+    check(j.timeout > troupe::Duration::zero() && j.timeout < watchdog);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   Input in(data, size);
   const std::uint8_t head = in.byte();
-  const bool postgres = (head & 1) != 0;
-  const auto read = static_cast<Read>((head >> 1) % static_cast<int>(Read::count));
+  const auto read = static_cast<Read>((head >> 2) % static_cast<int>(Read::count));
   const std::uint8_t lo = in.byte(), hi = in.byte();
   const std::uint64_t from = lo, to = hi == 255 ? UINT64_MAX : hi;
-  if (postgres) {
-    postgres_rows(read, from, to, in);
-  } else {
-    sqlite_rows(read, from, to, in);
+  switch (head & 3) {
+    case 0: sqlite_rows(read, from, to, in); break;
+    case 1: postgres_rows(read, from, to, in); break;
+    default: job_rows(lo, hi, in); break;
   }
   return 0;
 }

@@ -4,8 +4,10 @@
 Each seed is the rows one of the journals really stores for a small
 entity, in the input layout that file describes: events of a counter
 ("Deposited" v1, a ByteWriter u64 amount), a snapshot, a deletion mark, a
-fence, and the result sets PostgreSQL's statements return for them
-(pg_support.cpp, Sql). Usage: journal_rows_fuzz_seeds.py <dir>.
+fence, the result sets PostgreSQL's statements return for them
+(pg_support.cpp, Sql), and the events of a durable job service
+(src/patterns/job_journal.cpp, doc/jobs.md "Journal format").
+Usage: journal_rows_fuzz_seeds.py <dir>.
 """
 import struct
 import sys
@@ -16,7 +18,35 @@ EVENTS, SNAPSHOTS, DELETIONS, FENCES = range(4)
 
 
 def head(postgres, read, lo=0, hi=255):
-    return bytes([(read << 1) | (1 if postgres else 0), lo, hi])
+    return bytes([(read << 2) | (1 if postgres else 0), lo, hi])
+
+
+# --- the durable job service: events as job_journal.cpp encodes them ------------
+def bw_str(b):
+    b = b.encode() if isinstance(b, str) else b
+    return struct.pack("<I", len(b)) + b
+
+
+def accepted(*jobs):  # (id, priority, timeout_ns, kind, payload)
+    out = struct.pack("<I", len(jobs))
+    for id_, prio, timeout, kind, payload in jobs:
+        out += struct.pack("<Qqq", id_, prio, timeout) + bw_str(kind) + bw_str(payload)
+    return out
+
+
+def finished(*outcomes):  # (id, tag, text)
+    out = struct.pack("<I", len(outcomes))
+    for id_, tag, text in outcomes:
+        out += struct.pack("<QB", id_, tag) + bw_str(text)
+    return out
+
+
+def job_event(kind, payload, version=1):
+    return bytes([kind, version]) + struct.pack(">H", len(payload)) + payload
+
+
+def job_head(first_seq=0, extra_highest=0):
+    return bytes([2, first_seq, extra_highest])
 
 
 # --- SQLite: typed values --------------------------------------------------------
@@ -112,6 +142,16 @@ def main():
         + pg_result(RECORD[1:], [[2, 1_764_200_000_002, b"Balance", 1, struct.pack("<q", 12)]]),
         "pg_highest_fence": head(True, FENCE) + pg_result([INT8], [[4]]),
         "pg_wrong_types": head(True, RECOVER) + pg_result([TEXT, UNKNOWN, INT8], [[b"0", b"x", 1]]),
+        "jobs_open": job_head() + job_event(0, accepted((1, 0, 30_000_000_000, "email.send", b'{"to":"a@b"}'),
+                                                         (2, 5, 0, "report", b"")))
+        + job_event(1, finished((1, 0, "sent"))),
+        "jobs_all_done": job_head(4, 1) + job_event(0, accepted((7, -1, 1_000_000, "noop", b"x")))
+        + job_event(1, finished((7, 2, ""), (6, 1, "compacted away"))),
+        "jobs_unknown_type": job_head() + bytes([2, 1, 0, 3]) + b"job.other" + b"abc",
+        "jobs_bad_version": job_head() + job_event(0, accepted((1, 0, 0, "k", b"")), version=2),
+        "jobs_last_id": job_head() + job_event(0, accepted((1, 0, 0, "k", b"")))
+        + job_event(1, finished((2**64 - 1, 0, "x"))),
+        "jobs_twice": job_head() + job_event(0, accepted((3, 0, 0, "k", b""), (3, 0, 0, "k", b""))),
     }
     for name, data in seeds.items():
         (out / name).write_bytes(data)
