@@ -1,6 +1,6 @@
 # libFuzzer target of the cluster layer's message codecs, included by the
-# top-level CMakeLists.txt when TROUPE_BUILD_FUZZ=ON (see troupe_add_fuzz
-# there); scripts/fuzz runs it on src/cluster/wire_fuzz_corpus.
+# top-level CMakeLists.txt (see troupe_add_fuzz there); scripts/fuzz runs
+# it on src/cluster/wire_fuzz_corpus.
 #
 # wire_codecs_fuzz: the cluster lock's and the cluster job service's wire
 # codecs (sharding/cluster_lock_wire.hpp, sharding/cluster_jobs_wire.hpp)
@@ -9,6 +9,7 @@
 
 troupe_add_fuzz(wire_codecs_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/wire_codecs_fuzz.cpp
+  CORPUS src/cluster/wire_fuzz_corpus
   LIBS troupe::core)
 troupe_add_fuzz_seeds(wire_fuzz_seeds
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/wire_fuzz_seeds_main.cpp

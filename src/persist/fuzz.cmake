@@ -1,6 +1,6 @@
 # libFuzzer target of the journals' row decoding, included by the top-level
-# CMakeLists.txt when TROUPE_BUILD_FUZZ=ON (see troupe_add_fuzz there);
-# scripts/fuzz runs it on src/persist/journal_rows_fuzz_corpus.
+# CMakeLists.txt (see troupe_add_fuzz there); scripts/fuzz runs it on
+# src/persist/journal_rows_fuzz_corpus.
 #
 # journal_rows_fuzz: rows written straight into a real SqliteJournal's
 # file, PostgreSQL result sets built with libpq (no server), and the
@@ -14,4 +14,5 @@ troupe_add_fuzz(journal_rows_fuzz
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_journal.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/postgres/pg_support.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/patterns/job_journal.cpp
+  CORPUS src/persist/journal_rows_fuzz_corpus
   LIBS troupe::patterns troupe::persist SQLite::SQLite3 PkgConfig::LIBPQ)

@@ -1,7 +1,6 @@
 # libFuzzer target of the values the Redis coordinator reads, included by
-# the top-level CMakeLists.txt when TROUPE_BUILD_FUZZ=ON (see
-# troupe_add_fuzz there); scripts/fuzz runs it on
-# src/cluster/redis/placement_fuzz_corpus.
+# the top-level CMakeLists.txt (see troupe_add_fuzz there); scripts/fuzz
+# runs it on src/cluster/redis/placement_fuzz_corpus.
 #
 # placement_values_fuzz: desired sets, desired-set HTTP responses and URLs,
 # and Redis replies (assignments, member views) read through hiredis' RESP
@@ -14,6 +13,6 @@ troupe_add_fuzz(placement_values_fuzz
           ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/redis/redis_connection.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/redis/placement_source.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/node_id.cpp
-  LIBS troupe::core PkgConfig::HIREDIS)
-target_include_directories(placement_values_fuzz SYSTEM PRIVATE ${ASIO_INCLUDE_DIR})
-target_compile_definitions(placement_values_fuzz PRIVATE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+  CORPUS src/cluster/redis/placement_fuzz_corpus
+  LIBS troupe::core PkgConfig::HIREDIS
+  ASIO)
