@@ -7,7 +7,8 @@ entity, in the input layout that file describes: events of a counter
 fence, the result sets PostgreSQL's statements return for them
 (pg_support.cpp, Sql), and the events of a durable job service
 (src/patterns/job_journal.cpp, doc/jobs.md "Journal format").
-Usage: journal_rows_fuzz_seeds.py <dir>.
+Inputs a fuzz run once failed on are kept beside these seeds, under
+names of their own. Usage: journal_rows_fuzz_seeds.py <dir>.
 """
 import struct
 import sys

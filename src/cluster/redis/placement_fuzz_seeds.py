@@ -7,7 +7,8 @@ of a desired-set server, URLs, and the replies of the placement scripts
 (scripts.cpp) in RESP as Redis sends them: an assignment
 [owner, epoch, updated_ms, spec, handing_off_from, handoff_epoch] and a
 heartbeat's member view [id, age_ms, "<since> <session> <host> <port>", ...].
-Usage: placement_fuzz_seeds.py <dir>.
+Inputs a fuzz run once failed on are kept beside these seeds, under
+names of their own. Usage: placement_fuzz_seeds.py <dir>.
 """
 import sys
 from pathlib import Path
