@@ -1,6 +1,6 @@
-// libFuzzer target for the message codecs the cluster layer registers
-// (scripts/fuzz runs it): the cluster lock's messages and the cluster job
-// service's job and answer, as a peer could send them.
+// libFuzzer target for the message codecs troupe registers (scripts/fuzz
+// runs it): the cluster lock's messages, the cluster job service's job and
+// answer, and the node's load report, as a peer could send them.
 //
 // Input: the first byte picks a message type (wire_fuzz_table.hpp), the
 // rest is its encoded body. The body is decoded through the MessageCodecs
@@ -11,9 +11,9 @@
 //   - a body that does not decode is protocol_error (a request's reply
 //     sink is then untouched), an unknown id likewise;
 //   - a body that decodes is stable: encode(decode(x)) decodes again to
-//     the same bytes, and for every layout but the job answer (whose timed
-//     out outcome drops its text) it is x itself: nothing is lost or
-//     invented;
+//     the same bytes, and it is x itself (but for a job answer's timed out
+//     outcome, which drops its text, and a load report's draining flag
+//     other than 0 or 1): nothing is lost or invented;
 //   - a decoded request whose reply target is answered sends back bytes
 //     that the asker's side decodes to the same answer.
 
@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "../node/load_wire.hpp"
 #include "sharding/cluster_jobs_wire.hpp"
 #include "sharding/cluster_lock_wire.hpp"
 #include "wire_fuzz_table.hpp"
@@ -50,6 +51,10 @@ const auto& lock_codecs() {
 }
 const auto& job_codecs() {
   static const auto c = troupe::cluster::detail::job_wire_codecs();
+  return c;
+}
+const auto& load_codecs() {
+  static const auto c = troupe::node::load_wire::load_codecs();
   return c;
 }
 
@@ -153,6 +158,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       // Known ids decode or not as above; the others are refused by name.
       (void)decode_stable(lock_codecs(), id, rest, true, nullptr);
       if (job_codecs().name_of(id).empty()) check(!job_codecs().decode(id, rest, nullptr).ok());
+      if (load_codecs().name_of(id).empty()) check(!load_codecs().decode(id, rest, nullptr).ok());
+      break;
+    }
+    case WireKind::node_load: {
+      // The draining flag is a u64 read as "not 0": only 0 and 1 come back.
+      std::uint64_t flag = 0;
+      for (std::size_t i = 0; i < 8 && body.size() >= 8; ++i)
+        flag |= std::uint64_t{static_cast<std::uint8_t>(body[body.size() - 8 + i])} << (8 * i);
+      const bool canonical = body.size() >= 8 && flag <= 1;
+      (void)decode_stable(load_codecs(), message_id(name), body, canonical, nullptr);
       break;
     }
     default:

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "../node/load_wire.hpp"
 #include "sharding/cluster_jobs_wire.hpp"
 #include "sharding/cluster_lock_wire.hpp"
 #include "wire_fuzz_table.hpp"
@@ -105,6 +106,12 @@ int main(int argc, char** argv) {
   ByteWriter unknown;
   unknown.u32(message_id("troupe.lock.Grant")).u64(1).u32(0).str("k").u64(3).u64(0);
   write("known_id_by_number", WireKind::unknown_id, unknown.take());
+  namespace nl = troupe::node::load_wire;
+  const auto load = nl::load_codecs();
+  write("node_load", WireKind::node_load,
+        encode(load, nl::NodeLoad{"node-2", "http://10.0.0.2:8081", 21, 1043, 7, 15250, false}));
+  write("node_load_draining", WireKind::node_load, encode(load, nl::NodeLoad{"node-3", "", 0, 0, 0, 0, true}));
+
   ByteWriter stranger;
   stranger.u32(0xdeadbeef).str("whatever");
   write("unknown_id", WireKind::unknown_id, stranger.take());

@@ -21,12 +21,14 @@ enum class WireKind : std::uint8_t {
   job_request,   // RemoteJob, decoded as a request whose answer goes back
   job_answer,    // RemoteAnswer: the reply bytes of a job request
   unknown_id,    // four bytes of id, then bytes: no table knows the id
+  node_load,     // a node's load report (src/node/load_wire.hpp)
   count
 };
 
 // The registered name of each kind (empty: not a registered message).
 inline constexpr std::array<std::string_view, static_cast<std::size_t>(WireKind::count)> kWireNames = {
     "troupe.lock.Acquire", "troupe.lock.Grant",   "troupe.lock.Deny", "troupe.lock.Release",
-    "troupe.lock.Query",   "troupe.lock.QueryReply", "troupe.jobs.Job", "troupe.jobs.Job", ""};
+    "troupe.lock.Query",   "troupe.lock.QueryReply", "troupe.jobs.Job", "troupe.jobs.Job", "",
+    "troupe.node.Load"};
 
 }  // namespace troupe::cluster::fuzz
