@@ -342,5 +342,22 @@ ActorRef<WatchdogTick> spawn_job_watchdog(ActorSystem& system, std::string name,
 // Recovery at start (J6, job_journal.cpp): the jobs of the journal without
 // a journaled outcome; fills core.journal_state.
 Result<std::vector<JobRecord>> recover_jobs(JobCore& core);
+// The layout of the journal's rows (doc/jobs.md, "Journal format"):
+// written by the proxy (job_journal.cpp), read by decode_job_rows
+// (job_rows.cpp).
+namespace job_rows {
+inline constexpr std::string_view kAcceptedType = "job.accepted";
+inline constexpr std::string_view kFinishedType = "job.finished";
+inline constexpr std::uint32_t kFormatVersion = 1;
+// An outcome's tag in a finished row.
+inline constexpr std::uint8_t kTagSucceeded = 0, kTagFailed = 1, kTagTimedOut = 2;
+}  // namespace job_rows
+
+// recover_jobs' reading of the rows it recovered (persistence id `pid`): the
+// jobs accepted without an outcome, by id, and in `state` where the proxy
+// goes on. A row this service would not have written is corrupt_record.
+// A pure function of its arguments.
+Result<std::vector<JobRecord>> decode_job_rows(Recovery& rec, const std::string& pid, Duration default_timeout,
+                                               Duration watchdog_limit, JobJournalState& state);
 
 }  // namespace troupe::detail

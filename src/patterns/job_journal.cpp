@@ -23,13 +23,15 @@ namespace {
 // ---------------------------------------------------------------------------
 // Journal encoding (doc/jobs.md, "Journal format")
 
-constexpr std::string_view kAcceptedType = "job.accepted";
-constexpr std::string_view kFinishedType = "job.finished";
-constexpr std::uint32_t kFormatVersion = 1;
+using job_rows::kAcceptedType;
+using job_rows::kFinishedType;
+using job_rows::kFormatVersion;
 // Jobs per journal event: a batch of many jobs is a few rows, not one per job.
 constexpr std::size_t kJobsPerEvent = 4096;
 
-enum : std::uint8_t { kTagSucceeded = 0, kTagFailed = 1, kTagTimedOut = 2 };
+using job_rows::kTagFailed;
+using job_rows::kTagSucceeded;
+using job_rows::kTagTimedOut;
 
 void encode_accepted(ByteWriter& w, const JobRecord& r) {
   w.u64(r.id).i64(r.priority).i64(r.timeout.count()).str(r.job.kind).str(r.job.payload);
@@ -294,16 +296,7 @@ ActorRef<ProxyMsg> spawn_job_proxy(ActorSystem& system, std::string name,
 }
 
 // ---------------------------------------------------------------------------
-// Recovery (J6)
-
-namespace {
-
-Error corrupt(const std::string& pid, std::uint64_t seq, const std::string& what) {
-  return Error(ErrorCode::corrupt_record,
-               "job journal '" + pid + "', row " + std::to_string(seq) + ": " + what + "; the service did not start");
-}
-
-}  // namespace
+// Recovery (J6); the rows themselves are read in job_rows.cpp.
 
 // Reads the journal: jobs accepted without a journaled outcome are re-queued
 // in acceptance order. Fills core.journal_state; returns the jobs.
@@ -318,73 +311,8 @@ Result<std::vector<JobRecord>> recover_jobs(JobCore& core) {
                                                  "' could not be read: " + r.error().to_string() +
                                                  "; the service did not start");
   }
-  Recovery& rec = r.value();
-  std::map<JobId, JobRecord> open;
-  JobId max_id = 0;
-  std::uint64_t last_accept = 0;
-  for (EventRecord& e : rec.events) {
-    if (e.version != kFormatVersion) {
-      return corrupt(core.pid, e.seq, "unsupported version " + std::to_string(e.version) + " of '" + e.type + "'");
-    }
-    ByteReader in(e.payload);
-    const std::uint32_t n = in.u32();
-    if (in.failed() || n == 0) return corrupt(core.pid, e.seq, "'" + e.type + "' without a job count");
-    if (e.type == kAcceptedType) {
-      for (std::uint32_t i = 0; i < n && !in.failed(); ++i) {
-        JobRecord j;
-        j.id = in.u64();
-        const std::int64_t prio = in.i64();
-        const std::int64_t timeout = in.i64();
-        j.job.kind = in.str();
-        j.job.payload = in.str();
-        if (in.failed()) break;
-        if (j.id == 0) return corrupt(core.pid, e.seq, "job id 0");
-        if (prio < std::numeric_limits<int>::min() || prio > std::numeric_limits<int>::max())
-          return corrupt(core.pid, e.seq, "job " + std::to_string(j.id) + " has priority " + std::to_string(prio));
-        j.priority = static_cast<int>(prio);
-        j.timeout = Duration(timeout);
-        // A timeout this build would refuse (e.g. the watchdog limit shrank)
-        // falls back to the default rather than failing the start.
-        if (j.timeout <= Duration::zero() || j.timeout >= core.settings.watchdog_limit)
-          j.timeout = core.settings.default_timeout;
-        j.accept_seq = e.seq;
-        const JobId id = j.id;
-        max_id = std::max(max_id, id);
-        if (!open.emplace(id, std::move(j)).second)
-          return corrupt(core.pid, e.seq, "job " + std::to_string(id) + " accepted twice");
-      }
-      last_accept = e.seq;
-    } else if (e.type == kFinishedType) {
-      for (std::uint32_t i = 0; i < n && !in.failed(); ++i) {
-        const JobId id = in.u64();
-        const std::uint8_t tag = in.u8();
-        (void)in.str();
-        if (in.failed()) break;
-        if (tag > kTagTimedOut) return corrupt(core.pid, e.seq, "unknown outcome tag " + std::to_string(tag));
-        max_id = std::max(max_id, id);
-        open.erase(id);  // unknown ids: their accepted row was compacted away
-      }
-    } else {
-      return corrupt(core.pid, e.seq, "unknown event type '" + e.type + "'");
-    }
-    if (auto fin = in.finish(0); !fin.ok()) return corrupt(core.pid, e.seq, "'" + e.type + "': " + fin.error().message());
-  }
-
-  JobJournalState& js = core.journal_state;
-  js.next_id = max_id + 1;
-  js.next_seq = rec.highest_seq + 1;
-  js.deleted_to = rec.events.empty() ? rec.highest_seq : rec.events.front().seq - 1;
-  js.last_accept_seq = last_accept;
-  std::map<std::uint64_t, std::uint64_t> per_row;
-  if (last_accept > 0) per_row[last_accept] = 0;
-  std::vector<JobRecord> jobs;
-  jobs.reserve(open.size());
-  for (auto& [id, j] : open) {
-    ++per_row[j.accept_seq];
-    jobs.push_back(std::move(j));
-  }
-  for (auto& [seq, n] : per_row) js.rows.push_back(JobRow{seq, n});
-  return jobs;
+  return decode_job_rows(r.value(), core.pid, core.settings.default_timeout, core.settings.watchdog_limit,
+                         core.journal_state);
 }
 
 }  // namespace troupe::detail

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "redis_connection.hpp"
+#include "redis_values.hpp"
 #include "scripts.hpp"
 #include "troupe/cluster/node_id.hpp"
 
@@ -31,6 +32,10 @@ using detail::RedisConnection;
 using detail::RedisEndpoint;
 using detail::RedisReply;
 using detail::Script;
+using detail::int_of;
+using detail::parse_assignment;
+using detail::split_words;
+using detail::text_of;
 
 std::string_view to_string(PlacementOutcome o) noexcept {
   switch (o) {
@@ -64,42 +69,6 @@ std::string random_session() {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
-}
-
-bool text_of(const RedisReply& r, std::string& out) {
-  if (!r.is_text()) return false;
-  out = r.str;
-  return true;
-}
-
-bool int_of(const RedisReply& r, long long& out) {
-  if (r.type == RedisReply::Type::integer) {
-    out = r.integer;
-    return true;
-  }
-  if (r.type == RedisReply::Type::string && !r.str.empty()) {
-    try {
-      std::size_t used = 0;
-      out = std::stoll(r.str, &used);
-      return used == r.str.size();
-    } catch (...) {
-      return false;
-    }
-  }
-  return false;
-}
-
-std::vector<std::string> split_words(std::string_view s) {
-  std::vector<std::string> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && s[i] == ' ') ++i;
-    std::size_t j = i;
-    while (j < s.size() && s[j] != ' ') ++j;
-    if (j > i) out.emplace_back(s.substr(i, j - i));
-    i = j;
-  }
-  return out;
 }
 
 // Runs DesiredSources, which may block, away from the coordinator thread:
@@ -282,8 +251,6 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void note_epoch(std::uint64_t e) { max_epoch_seen_ = std::max(max_epoch_seen_, e); }
 
   // --- placement ---
-  std::optional<Assignment> parse_assignment(const RedisReply& d, const std::string& group,
-                                             const std::string& unit) const;
   Error unexpected(Script s, const RedisReply& r) const;
   void do_assign(const std::string& group, const std::string& unit, const std::string& spec, bool notify,
                  Fn<void(Result<Placement>)> k);
@@ -813,43 +780,14 @@ void Coordinator::Impl::on_beat(TimePoint sent, bool registering, Reply r) {
 }
 
 void Coordinator::Impl::update_view(const RedisReply& view) {
-  std::vector<Member> live;
-  const auto& el = view.elements;
-  for (std::size_t i = 0; i + 2 < el.size(); i += 3) {
-    std::string id, info;
-    long long age = 0;
-    if (!text_of(el[i], id) || !int_of(el[i + 1], age) || !text_of(el[i + 2], info)) continue;
-    auto bad = [&](const std::string& why) {
-      std::string key = id + "\n" + info;
-      if (warned_entries_.size() > 1000) warned_entries_.clear();
-      if (warned_entries_.insert(key).second)
-        log(CoordinatorLogLevel::warning, "skipping member entry '" + id.substr(0, 80) + "': " + why);
-    };
-    if (auto v = validate_node_id(id); !v.ok()) {
-      bad(v.error().message());
-      continue;
-    }
-    auto words = split_words(info);
-    if (words.size() != 4) {
-      bad("its info '" + info.substr(0, 120) + "' is not '<since> <session> <host> <port>'");
-      continue;
-    }
-    long long port = 0;
-    try {
-      std::size_t used = 0;
-      port = std::stoll(words[3], &used);
-      if (used != words[3].size()) port = -1;
-    } catch (...) {
-      port = -1;
-    }
-    if (port <= 0 || port > 65535) {
-      bad("bad port '" + words[3] + "'");
-      continue;
-    }
-    if (Duration(milliseconds(age)) > s_.liveness_threshold) continue;  // the one rule
-    live.push_back(Member{id, Address{words[2], static_cast<std::uint16_t>(port)}, milliseconds(age)});
+  detail::MemberView parsed = detail::parse_members(view, s_.liveness_threshold);
+  for (const auto& skip : parsed.skipped) {
+    std::string key = skip.id + "\n" + skip.info;
+    if (warned_entries_.size() > 1000) warned_entries_.clear();
+    if (warned_entries_.insert(key).second)
+      log(CoordinatorLogLevel::warning, "skipping member entry '" + skip.id.substr(0, 80) + "': " + skip.why);
   }
-  std::sort(live.begin(), live.end(), [](const Member& a, const Member& b) { return a.id < b.id; });
+  std::vector<Member>& live = parsed.live;
   bool changed = live.size() != last_members_.size();
   for (std::size_t i = 0; !changed && i < live.size(); ++i)
     changed = live[i].id != last_members_[i].id || !(live[i].address == last_members_[i].address);
@@ -959,24 +897,6 @@ void Coordinator::Impl::run_takeover(std::vector<std::string> dead) {
 }
 
 // --- placement ----------------------------------------------------------------------
-
-std::optional<Assignment> Coordinator::Impl::parse_assignment(const RedisReply& d, const std::string& group,
-                                                              const std::string& unit) const {
-  if (!d.is_array() || d.elements.size() != 6) return std::nullopt;
-  Assignment a;
-  a.group = group;
-  a.unit = unit;
-  long long epoch = 0, updated = 0, he = 0;
-  if (!text_of(d.elements[0], a.owner) || !int_of(d.elements[1], epoch) || !int_of(d.elements[2], updated) ||
-      !text_of(d.elements[3], a.spec) || !text_of(d.elements[4], a.handing_off_from) ||
-      !int_of(d.elements[5], he))
-    return std::nullopt;
-  if (!validate_node_id(a.owner).ok()) return std::nullopt;
-  a.epoch = static_cast<std::uint64_t>(epoch);
-  a.updated = WallTime(milliseconds(updated));
-  a.handoff_epoch = static_cast<std::uint64_t>(he);
-  return a;
-}
 
 void Coordinator::Impl::do_assign(const std::string& group, const std::string& unit, const std::string& spec,
                                   bool notify, Fn<void(Result<Placement>)> k) {

@@ -4,6 +4,7 @@
 #include "../asio_headers.hpp"  // first: see there
 // clang-format on
 #include "troupe/cluster/placement_source.hpp"
+#include "placement_http.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -105,13 +106,7 @@ DesiredSource from_file(std::string path) {
 
 // --- HTTP ----------------------------------------------------------------------------
 
-namespace {
-
-struct Url {
-  std::string host;
-  std::string port = "80";
-  std::string target = "/";
-};
+namespace detail {
 
 Result<Url> parse_url(const std::string& url) {
   constexpr std::string_view scheme = "http://";
@@ -150,6 +145,10 @@ Result<Url> parse_url(const std::string& url) {
   return u;
 }
 
+}  // namespace detail
+
+namespace {
+
 std::string lower(std::string s) {
   for (char& c : s)
     if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
@@ -164,15 +163,18 @@ Result<std::string> dechunk(std::string_view body, const std::string& url) {
       return Error(ErrorCode::invalid_argument, url + ": truncated chunked body");
     std::string size_text(body.substr(0, eol));
     if (auto semi = size_text.find(';'); semi != std::string::npos) size_text.resize(semi);
+    while (!size_text.empty() && (size_text.back() == ' ' || size_text.back() == '\t')) size_text.pop_back();
+    // Hex digits only (std::stoul alone would take "-2" as a huge size and
+    // skip blanks), and a size no larger than what is left.
     std::size_t size = 0;
-    try {
-      size = std::stoul(size_text, nullptr, 16);
-    } catch (...) {
-      return Error(ErrorCode::invalid_argument, url + ": bad chunk size '" + size_text + "'");
-    }
+    const bool hex = !size_text.empty() && size_text.size() <= 15 &&
+                     size_text.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+    if (!hex) return Error(ErrorCode::invalid_argument, url + ": bad chunk size '" + size_text + "'");
+    size = std::stoul(size_text, nullptr, 16);
     body.remove_prefix(eol + 2);
     if (size == 0) return out;
-    if (body.size() < size + 2) return Error(ErrorCode::invalid_argument, url + ": truncated chunked body");
+    if (body.size() < 2 || body.size() - 2 < size)
+      return Error(ErrorCode::invalid_argument, url + ": truncated chunked body");
     out.append(body.substr(0, size));
     body.remove_prefix(size + 2);
   }
@@ -181,9 +183,9 @@ Result<std::string> dechunk(std::string_view body, const std::string& url) {
 constexpr std::size_t kMaxResponseBytes = 64u << 20;
 
 Result<std::string> http_get(const std::string& url, Duration timeout) {
-  auto parsed = parse_url(url);
+  auto parsed = detail::parse_url(url);
   if (!parsed.ok()) return std::move(parsed).error();
-  const Url& u = *parsed;
+  const detail::Url& u = *parsed;
 
   asio::io_context io;
   asio::ip::tcp::resolver resolver(io);
@@ -243,7 +245,14 @@ Result<std::string> http_get(const std::string& url, Duration timeout) {
                      " ms");
   }
   if (failure) return *failure;
+  return detail::parse_http_response(response, url);
+}
 
+}  // namespace
+
+namespace detail {
+
+Result<std::string> parse_http_response(std::string_view response, const std::string& url) {
   std::size_t head_end = response.find("\r\n\r\n");
   if (head_end == std::string::npos)
     return Error(ErrorCode::unreachable, url + ": the answer is not an HTTP response");
@@ -276,7 +285,7 @@ Result<std::string> http_get(const std::string& url, Duration timeout) {
       }
     }
   }
-  std::string_view body = std::string_view(response).substr(head_end + 4);
+  std::string_view body = response.substr(head_end + 4);
   if (chunked) return dechunk(body, url);
   if (length) {
     if (body.size() < *length)
@@ -287,7 +296,7 @@ Result<std::string> http_get(const std::string& url, Duration timeout) {
   return std::string(body);
 }
 
-}  // namespace
+}  // namespace detail
 
 DesiredSource from_http(std::string url, Duration timeout) {
   return [url = std::move(url), timeout]() -> Result<DesiredSet> {

@@ -1,6 +1,8 @@
 #include "pg_support.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 namespace troupe::pg {
@@ -276,6 +278,107 @@ template Result<void> read_record<EventRecord>(const PGresult*, int, int, const 
                                                std::int64_t, EventRecord&);
 template Result<void> read_record<SnapshotRecord>(const PGresult*, int, int, const std::string&, const char*,
                                                   std::int64_t, SnapshotRecord&);
+
+// --- reading the readers' results --------------------------------------------------
+
+namespace {
+// The kind of a recover/replay row (column 0) and the two numbers of the
+// kind-1 row: the highest stored seq (column 1) and the deletion mark
+// (column 4).
+std::int64_t row_kind(const PGresult* r, int row) {
+  if (PQgetisnull(r, row, 0) != 0 || PQgetlength(r, row, 0) != 8) return -1;
+  return read_int8(PQgetvalue(r, row, 0));
+}
+
+Result<std::uint64_t> mark(const PGresult* r, int row, int col, const std::string& id, const char* what) {
+  if (PQgetisnull(r, row, col) != 0 || PQgetlength(r, row, col) != 8)
+    return Error(ErrorCode::corrupt_record, "postgres journal: corrupt record of persistence id " + printable(id) +
+                                                " seq ?: " + what + " is not a bigint");
+  std::int64_t v = read_int8(PQgetvalue(r, row, col));
+  if (v < 0)
+    return Error(ErrorCode::corrupt_record, "postgres journal: corrupt record of persistence id " + printable(id) +
+                                                " seq ?: " + what + " is " + std::to_string(v) +
+                                                ", expected a non-negative bigint");
+  return static_cast<std::uint64_t>(v);
+}
+
+// Reads kind-2 event rows from `first_row` on, checking that they run on
+// without a hole after the deletion mark.
+Result<void> read_events(const PGresult* r, int first_row, const std::string& id, std::uint64_t from,
+                         std::uint64_t deleted_to, std::vector<EventRecord>& out) {
+  // Rows must run on without a hole from here: below deleted_to they were
+  // deleted on purpose; anything else missing was lost.
+  std::uint64_t expected = std::max(from, deleted_to + 1);
+  const int rows = PQntuples(r);
+  for (int row = first_row; row < rows; ++row) {
+    EventRecord e;
+    if (auto ok = read_record(r, row, 1, id, "event", 1, e); !ok) return ok;
+    if (row == first_row && e.seq < expected) expected = e.seq;  // leftovers at or below the deletion mark
+    if (e.seq != expected)
+      return Error(ErrorCode::corrupt_record,
+                   "postgres journal: corrupt event log of persistence id " + printable(id) + " seq " +
+                       std::to_string(expected) + ": missing (the next stored event is " + std::to_string(e.seq) +
+                       ", and events were deleted only up to " + std::to_string(deleted_to) + ")");
+    ++expected;
+    out.push_back(std::move(e));
+  }
+  return {};
+}
+}  // namespace
+
+Result<Recovery> parse_recovery(const PGresult* r, const std::string& id) {
+  Recovery rec;
+  int row = 0;
+  if (PQntuples(r) > 0 && row_kind(r, 0) == 0) {
+    SnapshotRecord snap;
+    if (auto ok = read_record(r, 0, 1, id, "snapshot", 0, snap); !ok) return std::move(ok).error();
+    rec.snapshot = std::move(snap);
+    row = 1;
+  }
+  if (row >= PQntuples(r) || row_kind(r, row) != 1)
+    return Error(ErrorCode::journal_failed, "postgres journal: recover " + printable(id) + ": unexpected result");
+  auto max_seq = mark(r, row, 1, id, "max(seq) of its events");
+  if (!max_seq) return std::move(max_seq).error();
+  auto deleted_to = mark(r, row, 4, id, "its deleted_to mark");
+  if (!deleted_to) return std::move(deleted_to).error();
+  rec.highest_seq = std::max(*max_seq, *deleted_to);
+  const std::uint64_t from = rec.snapshot ? rec.snapshot->seq + 1 : 1;
+  if (auto e = read_events(r, row + 1, id, from, *deleted_to, rec.events); !e) return std::move(e).error();
+  return rec;
+}
+
+Result<std::vector<EventRecord>> parse_replay(const PGresult* r, const std::string& id, std::uint64_t from,
+                                              std::uint64_t to) {
+  if (PQntuples(r) < 1 || row_kind(r, 0) != 1)
+    return Error(ErrorCode::journal_failed, "postgres journal: replay " + printable(id) + ": unexpected result");
+  auto deleted_to = mark(r, 0, 4, id, "its deleted_to mark");
+  if (!deleted_to) return std::move(deleted_to).error();
+  std::vector<EventRecord> events;
+  if (from > to) return events;
+  if (auto e = read_events(r, 1, id, from, *deleted_to, events); !e) return std::move(e).error();
+  return events;
+}
+
+Result<std::uint64_t> parse_highest(const PGresult* r, const std::string& id) {
+  std::uint64_t h = 0;
+  const char* names[] = {"max(seq) of its events", "its deleted_to mark"};
+  for (int col = 0; col < 2; ++col) {
+    if (PQgetisnull(r, 0, col) != 0) continue;
+    auto v = mark(r, 0, col, id, names[col]);
+    if (!v) return std::move(v).error();
+    h = std::max(h, *v);
+  }
+  return h;
+}
+
+Result<std::optional<SnapshotRecord>> parse_snapshot(const PGresult* r, const std::string& id) {
+  if (PQntuples(r) == 0) return std::optional<SnapshotRecord>();
+  SnapshotRecord snap;
+  if (auto ok = read_record(r, 0, 0, id, "snapshot", 0, snap); !ok) return std::move(ok).error();
+  return std::optional<SnapshotRecord>(std::move(snap));
+}
+
+Result<std::uint64_t> parse_highest_fence(const PGresult* r) { return mark(r, 0, 0, "", "the highest fence"); }
 
 Sql::Sql(const std::string& s) {
   const std::string fences_table =

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -132,6 +133,23 @@ Error failed(std::string_view doing, const Outcome& o);
 template <class Record>
 Result<void> read_record(const PGresult* r, int row, int first, const std::string& id, const char* what,
                          std::int64_t min_seq, Record& out);
+
+// The readers' results as the journal's values, each checked row by row as
+// read_record does (a row this journal would not have written is
+// corrupt_record; a result of the wrong shape is journal_failed). `r` is the
+// result of the statement of that name (Sql below); pure functions of it.
+// recover: an optional kind-0 snapshot row, the kind-1 row with the highest
+// seq and the deletion mark, then kind-2 events without a hole.
+Result<Recovery> parse_recovery(const PGresult* r, const std::string& id);
+// replay: the kind-1 row, then the events from `from` (at least 1) to `to`.
+Result<std::vector<EventRecord>> parse_replay(const PGresult* r, const std::string& id, std::uint64_t from,
+                                              std::uint64_t to);
+// highest: max(seq) and the deletion mark, either NULL.
+Result<std::uint64_t> parse_highest(const PGresult* r, const std::string& id);
+// snapshot: no row, or the five record columns.
+Result<std::optional<SnapshotRecord>> parse_snapshot(const PGresult* r, const std::string& id);
+// highest_fence: one bigint.
+Result<std::uint64_t> parse_highest_fence(const PGresult* r);
 
 // The SQL, with the schema's quoted name filled in, and the names the
 // statements are prepared under.

@@ -1,0 +1,83 @@
+// Inputs the cluster layer's fuzz targets (src/cluster/*_fuzz.cpp,
+// src/cluster/redis/*_fuzz.cpp, scripts/fuzz) found mishandled, kept as
+// tests so that each stays fixed. Pure parsers: no Redis, socket or thread.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "redis/placement_http.hpp"
+#include "redis/redis_values.hpp"
+
+namespace {
+
+using troupe::ErrorCode;
+using troupe::cluster::detail::RedisReply;
+
+RedisReply text(std::string s) {
+  RedisReply r;
+  r.type = RedisReply::Type::string;
+  r.str = std::move(s);
+  return r;
+}
+RedisReply integer(long long v) {
+  RedisReply r;
+  r.type = RedisReply::Type::integer;
+  r.integer = v;
+  return r;
+}
+RedisReply array(std::vector<RedisReply> elements) {
+  RedisReply r;
+  r.type = RedisReply::Type::array;
+  r.elements = std::move(elements);
+  return r;
+}
+
+// One millisecond more than a Duration holds: age * 1'000'000 overflowed
+// (undefined behaviour; in practice a negative age, so the entry counted
+// as a live member with a heartbeat from the future).
+constexpr long long kBeyondDuration = 9'223'372'036'855;
+
+// proves: X1
+TEST(ClusterFuzzRegressions, AHeartbeatAgeBeyondWhatADurationHoldsIsSkippedNotOverflowed) {
+  RedisReply view = array({text("node-1"), integer(kBeyondDuration), text("1 ab 127.0.0.1 7101"),
+                           text("node-2"), integer(-kBeyondDuration), text("1 cd 127.0.0.1 7102"),
+                           text("node-3"), integer(250), text("1 ef 127.0.0.1 7103")});
+  auto parsed = troupe::cluster::detail::parse_members(view, std::chrono::seconds(3));
+  ASSERT_EQ(parsed.live.size(), 1u);
+  EXPECT_EQ(parsed.live[0].id, "node-3");
+  ASSERT_EQ(parsed.skipped.size(), 2u);
+  EXPECT_NE(parsed.skipped[0].why.find("out of range"), std::string::npos) << parsed.skipped[0].why;
+}
+
+// proves: X1
+TEST(ClusterFuzzRegressions, AnAssignmentUpdatedBeyondWhatAWallTimeHoldsIsRefused) {
+  auto assignment = [](long long updated) {
+    return array({text("node-1"), integer(7), integer(updated), text("spec"), text(""), integer(0)});
+  };
+  auto ok = troupe::cluster::detail::parse_assignment(assignment(1'764'200'000'000), "g", "u");
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->epoch, 7u);
+  EXPECT_FALSE(troupe::cluster::detail::parse_assignment(assignment(kBeyondDuration), "g", "u").has_value());
+  EXPECT_FALSE(troupe::cluster::detail::parse_assignment(assignment(-kBeyondDuration), "g", "u").has_value());
+}
+
+// A chunk size std::stoul reads as a huge number ("-2" is 2^64 - 2): the
+// bounds check (size + 2) wrapped to 0, the rest of the response was taken
+// as the chunk and the parse went on from there, so a malformed answer
+// became a body ("0\r\n\r\n" here) and then a desired set.
+// proves: X1
+TEST(ClusterFuzzRegressions, AChunkSizeThatIsNotHexIsRefusedNotWrapped) {
+  const std::string url = "http://placement.example/units";
+  const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const char* bad : {"-2", "-1", " 5", "+5", "0x5", "ffffffffffffffff"}) {
+    auto r = troupe::cluster::detail::parse_http_response(head + bad + "\r\n0\r\n\r\n", url);
+    ASSERT_FALSE(r.ok()) << "chunk size '" << bad << "' accepted, body '" << r.value() << "'";
+    EXPECT_EQ(r.error().code(), ErrorCode::invalid_argument);
+  }
+  auto good = troupe::cluster::detail::parse_http_response(head + "12 ;ext\r\nunit-a spec\nunit-b\r\n0\r\n\r\n", url);
+  ASSERT_TRUE(good.ok()) << good.error().message();
+  EXPECT_EQ(*good, "unit-a spec\nunit-b");
+}
+
+}  // namespace

@@ -1,0 +1,43 @@
+#pragma once
+// The values the coordinator reads out of Redis replies: texts, integers,
+// a unit's assignment and the member view of a heartbeat. Whatever is
+// stored in Redis (by another troupe version, an operator, a damaged
+// restore) comes through these; each refuses what it cannot read rather
+// than guess. Pure functions, internal to src/cluster/redis/ (and its
+// fuzz target); safe from any thread.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redis_connection.hpp"
+#include "troupe/cluster/coordinator.hpp"
+
+namespace troupe::cluster::detail {
+
+// A status or string reply's text.
+bool text_of(const RedisReply& r, std::string& out);
+// An integer reply, or a string reply that is a whole decimal number.
+bool int_of(const RedisReply& r, long long& out);
+// The words of `s` separated by runs of spaces.
+std::vector<std::string> split_words(std::string_view s);
+
+// An assignment as the placement scripts return it:
+// [owner, epoch, updated_ms, spec, handing_off_from, handoff_epoch].
+std::optional<Assignment> parse_assignment(const RedisReply& d, const std::string& group, const std::string& unit);
+
+// A heartbeat's member view: flat triples [id, heartbeat age ms, info], info
+// being "<since> <session> <host> <port>". Members older than
+// `liveness_threshold` are left out; entries that do not read are skipped
+// with the reason (the coordinator warns once per entry).
+struct SkippedMember {
+  std::string id, info, why;
+};
+struct MemberView {
+  std::vector<Member> live;  // sorted by id
+  std::vector<SkippedMember> skipped;
+};
+MemberView parse_members(const RedisReply& view, Duration liveness_threshold);
+
+}  // namespace troupe::cluster::detail

@@ -1,0 +1,13 @@
+# libFuzzer target of the node's configuration, included by the top-level
+# CMakeLists.txt (see troupe_add_fuzz there); scripts/fuzz configures
+# build/fuzz and runs it on src/node/config_fuzz_corpus.
+#
+# config_fuzz: NodeConfig::parse on arbitrary text, under ASan and UBSan.
+# It links config.cpp and the error type alone: no node, socket or thread.
+
+troupe_add_fuzz(config_fuzz
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/node/config_fuzz.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/node/config.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/core/result.cpp
+  CORPUS src/node/config_fuzz_corpus
+  LIBS tomlplusplus::tomlplusplus)
