@@ -99,18 +99,29 @@ class Meter {
   // Per caller, touched only by the thread completing that caller's pair
   // (one pair in flight per caller).
   struct Caller {
-    std::vector<std::int64_t> latencies_ns;  // pairs completed in the window
+    std::size_t pairs = 0;                   // completed in the window
+    std::vector<std::int64_t> latencies_ns;  // theirs, if the meter takes latencies
   };
 
-  explicit Meter(int callers) : callers_(static_cast<std::size_t>(callers)) {
-    for (auto& c : callers_) c.latencies_ns.reserve(1 << 16);
+  // `latencies` false: counts pairs only (for workloads whose pairs are so
+  // short that reading the clock twice per pair would weigh on the figure;
+  // report() is then not available).
+  explicit Meter(int callers, bool latencies = true)
+      : latencies_(latencies), callers_(static_cast<std::size_t>(callers)) {
+    if (latencies_)
+      for (auto& c : callers_) c.latencies_ns.reserve(1 << 16);
   }
 
-  // A pair of `caller` that started at `started` completed now.
+  bool takes_latencies() const { return latencies_; }
+
+  // A pair of `caller` that started at `started` completed now (`started`
+  // is not read unless the meter takes latencies).
   void completed(int caller, Clock::time_point started) {
     if (phase_.load(std::memory_order_relaxed) != kWindow) return;
-    callers_[static_cast<std::size_t>(caller)].latencies_ns.push_back(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
+    Caller& c = callers_[static_cast<std::size_t>(caller)];
+    ++c.pairs;
+    if (latencies_)
+      c.latencies_ns.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - started).count());
   }
 
   // Sleeps through the warm-up and the window; returns the window's seconds.
@@ -127,7 +138,7 @@ class Meter {
   // After every caller stopped: the pairs completed in the window.
   std::size_t pairs() const {
     std::size_t n = 0;
-    for (const auto& c : callers_) n += c.latencies_ns.size();
+    for (const auto& c : callers_) n += c.pairs;
     return n;
   }
 
@@ -147,6 +158,7 @@ class Meter {
  private:
   static constexpr int kWarmup = 0, kWindow = 1, kAfter = 2;
   std::atomic<int> phase_{kWarmup};
+  const bool latencies_;
   std::vector<Caller> callers_;
 };
 

@@ -29,7 +29,9 @@ void run(const char* name, int callers, int keys) {
     std::fprintf(stderr, "bench_troupe: %s: %s\n", name, lock.error().to_string().c_str());
     std::exit(1);
   }
-  bench::lock::Meter meter(callers);
+  // Pairs only: an in-process pair takes a few hundred ns, two clock reads
+  // and a stored latency per pair would weigh on it.
+  bench::lock::Meter meter(callers, /*latencies=*/false);
   const double seconds = lock_callers::drive(lock.value(), bench::lock::key_names(keys), callers, meter, name);
   bench::report(name, static_cast<double>(meter.pairs()) / seconds, "pairs/s");
   lock.value().stop();
