@@ -18,6 +18,9 @@
 //           completes once the block has run and the release is sent (the
 //           owner does not answer a release).
 // Both nodes are actor systems with 2 threads, as in every troupe workload.
+// Checked: every lock shard is owned by the owner node before the clock
+// starts, and afterwards the caller's transport sent at least two frames
+// (Acquire, Release) and received at least one (Grant) per pair counted.
 
 #include <chrono>
 #include <cstdio>
@@ -33,6 +36,7 @@
 #include "lock_callers.hpp"
 #include "troupe/cluster/cluster.hpp"
 #include "troupe/cluster/cluster_lock.hpp"
+#include "troupe/cluster/transport.hpp"
 #include "troupe/core.hpp"
 
 namespace troupe_bench {
@@ -144,6 +148,12 @@ bool lock_cluster(const std::string& workload) {
   const std::vector<std::string> keys = bench::lock::key_names(shape->keys);
   bench::lock::Meter meter(shape->callers);
   const double seconds = lock_callers::drive(lock, keys, shape->callers, meter, shape->name);
+  // Every pair crossed the network: an Acquire and a Release sent, a Grant
+  // received (the counts cover the warm-up too, so they can only be larger).
+  const troupe::cluster::TransportStats net = cluster->remoting().transport().stats();
+  if (net.frames_sent < 2 * meter.pairs() || net.frames_received < meter.pairs())
+    die(std::to_string(meter.pairs()) + " pairs in the window but only " + std::to_string(net.frames_sent) +
+        " frames sent and " + std::to_string(net.frames_received) + " received: not every lock crossed the network");
   if (!meter.report(shape->name, seconds)) die("no pair completed within the window");
   // As a node stops: leave (this one hosts no lock shard), then the lock and
   // the actor system, and the node last.
