@@ -92,17 +92,6 @@ inline long ask_warmup() { return std::max(kAskWarmup / scale(), 1L); }
 // capacity in libstdc++ (15), so every copy is a real allocation on both sides.
 inline std::string tell_tag() { return std::string(kTagSize, 't'); }
 
-// Nearest-rank percentile (p in (0, 100]) of `ns`, which it sorts: the
-// smallest value with at least p% of the samples at or below it.
-inline double percentile(std::vector<int64_t>& ns, double p) {
-  if (ns.empty())
-    return 0.0;
-  std::sort(ns.begin(), ns.end());
-  auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(ns.size())));
-  rank = std::clamp<std::size_t>(rank, 1, ns.size());
-  return static_cast<double>(ns[rank - 1]);
-}
-
 // Reports remote_ask, remote_ask_p50 and remote_ask_p99 from the timed
 // phase's duration and its per-round-trip latencies (ns).
 inline void report_ask(double seconds, std::vector<int64_t>& latencies_ns) {

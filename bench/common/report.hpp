@@ -5,12 +5,16 @@
 //   {"bench":"ping_pong","value":1234567.0,"unit":"round trips/s"}
 // bench/run starts the processes, alternates implementations and aggregates.
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace bench {
 
@@ -47,6 +51,17 @@ inline long proc_status_kb(const char* field) {
 inline void report(const char* bench, double value, const char* unit) {
   std::printf("{\"bench\":\"%s\",\"value\":%.3f,\"unit\":\"%s\"}\n", bench, value, unit);
   std::fflush(stdout);
+}
+
+// Nearest-rank percentile (p in (0, 100]) of `ns`, which it sorts: the
+// smallest value with at least p% of the samples at or below it.
+inline double percentile(std::vector<int64_t>& ns, double p) {
+  if (ns.empty())
+    return 0.0;
+  std::sort(ns.begin(), ns.end());
+  auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(ns.size())));
+  rank = std::clamp<std::size_t>(rank, 1, ns.size());
+  return static_cast<double>(ns[rank - 1]);
 }
 
 class Stopwatch {

@@ -1,12 +1,11 @@
-// Job service workloads (the peer is BullMQ on Redis with appendfsync
-// everysec): 100,000 trivial jobs are added first, with the workers paused,
-// and then processed.
+// Job service workloads (the peer is BullMQ, bench/peers/bullmq): 100,000
+// trivial jobs are added first, with the workers paused, and then processed.
 //
 //   jobs_<memory|durable>_c<1|50>[_prio]
-//     memory   — no journal;
+//     memory   — no journal (beside BullMQ on a Redis without persistence);
 //     durable  — SqliteJournal in a fresh temporary directory with
-//                Durability::process_crash (no fsync per commit, as Redis
-//                with appendfsync everysec);
+//                Durability::process_crash (no fsync per commit; beside
+//                BullMQ on a Redis with appendfsync everysec, likewise);
 //     c1, c50  — JobSettings::workers, the concurrency;
 //     _prio    — priorities cycling 1..5 (0 otherwise).
 //

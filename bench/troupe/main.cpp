@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/journal_append.hpp"
+#include "common/lock.hpp"
 #include "common/remote.hpp"
 #include "common/report.hpp"
 #include "troupe/core.hpp"
@@ -22,6 +23,8 @@ void journal_append_pg(long entities);  // journal_append.cpp: PostgresJournal
 void recovery();                     // entities.cpp
 void entity_memory();                // entities.cpp
 bool lock(const std::string& workload);  // lock.cpp: lock_uncontended, _contended, _spread
+bool lock_cluster(const std::string& workload);  // lock_cluster.cpp: lock_cluster, lock_cluster_contended
+int lock_cluster_server(const std::string& workload, const char* fd_arg);  // lock_cluster.cpp: the owner node
 void process_manager();                  // process_manager.cpp
 void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable}_c{1,50}[_prio]
 void jobs_cluster(const std::string& workload);  // jobs_cluster.cpp: jobs_cluster_c50 (three nodes)
@@ -344,7 +347,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::string w = argv[1];
-  if (argc == 4 && w == bench::remote::kServerArg) return troupe_bench::remote_server(argv[2], argv[3]);
+  if (argc == 4 && w == bench::remote::kServerArg) {
+    if (bench::lock::shape(argv[2]) != nullptr) return troupe_bench::lock_cluster_server(argv[2], argv[3]);
+    return troupe_bench::remote_server(argv[2], argv[3]);
+  }
   if (w == "ping_pong") {
     ping_pong();
   } else if (w == "counting") {
@@ -381,7 +387,7 @@ int main(int argc, char** argv) {
     troupe_bench::jobs_cluster(w);
   } else if (w.rfind("jobs_", 0) == 0) {
     troupe_bench::jobs(w);
-  } else if (troupe_bench::lock(w)) {
+  } else if (troupe_bench::lock(w) || troupe_bench::lock_cluster(w)) {
     // done
   } else if (long pg_entities = bench::journal_entities(w, bench::kJournalPgPrefix); pg_entities > 0) {
     troupe_bench::journal_append_pg(pg_entities);  // journal_append_pg_1, _100, _10000

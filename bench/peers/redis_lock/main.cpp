@@ -5,15 +5,17 @@
 // Prints one JSON line per metric (bench/common/report.hpp). Unknown workload
 // -> stderr, exit 2; any Redis error or broken invariant -> stderr, exit 1.
 //
-// Workloads (metric = completed lock+unlock pairs per second):
-//   lock_uncontended  1 key,     1 caller
-//   lock_contended    1 key,    50 callers
-//   lock_spread       1,000 keys, 50 callers, each pair on a key drawn
-//                     uniformly at random (per-caller generator, fixed seed)
+// Workloads: the shapes of bench/common/lock.hpp, which troupe runs on its
+// cluster-wide lock from a second node (bench/troupe/lock_cluster.cpp); that
+// header defines the callers, the keys each caller picks, the work under the
+// lock and the measurement (locks/s, p50 and p99 latency in us):
+//   lock_cluster            1,000 keys, 50 callers
+//   lock_cluster_contended  1 key,     50 callers
 //
 // The lock, as commonly written for a single Redis instance:
-//  - acquire: SET key token NX PX 30000, the token unique per acquisition
-//    ("<pid>.<caller>.<n>"), so a release can only remove its own grant;
+//  - acquire: SET key token NX PX 30000 (bench::lock::kLeaseMs), the token
+//    unique per acquisition ("<pid>.<caller>.<n>"), so a release can only
+//    remove its own grant;
 //  - release: compare-and-delete in one Lua script, loaded once with
 //    SCRIPT LOAD and called with EVALSHA (only the 40-byte hash travels);
 //  - a refused acquire (nil reply) retries the same key with the same token
@@ -23,19 +25,19 @@
 // the suite runs on (Redis 7.0.15, hiredis 0.14; figures in pairs/s are
 // medians of interleaved runs and vary a lot with the machine's load):
 //  - Callers: each has its own connection, driven in whichever of two ways
-//    is faster for the workload (both measured, kWorkloads says which):
+//    is faster for the workload (both measured, fastest_driver says which):
 //      threads: one thread per caller on a blocking connection;
 //      events:  one thread for all callers, non-blocking sockets, epoll and
 //               hiredis' reply reader, each caller one command in flight.
-//    lock_spread: events 57k vs threads 43k on a quiet machine (24k vs 20k
-//    under a parallel build), 50 busy threads sharing the core Redis leaves
-//    free cost more than they bring. lock_contended: threads 9.0k vs events
-//    6.5k (medians of 9 interleaved runs, threads ahead in each): with most
-//    callers pausing, the holder's release and re-acquire go fastest on a
-//    thread of its own. lock_uncontended: the same within noise (7.1k vs
-//    6.7k); threads, i.e. one blocking connection, the plain client loop.
+//    lock_cluster (1,000 keys): events 57k vs threads 43k on a quiet
+//    machine (24k vs 20k under a parallel build), 50 busy threads sharing
+//    the core Redis leaves free cost more than they bring.
+//    lock_cluster_contended (1 key): threads 9.0k vs events 6.5k (medians of
+//    9 interleaved runs, threads ahead in each): with most callers pausing,
+//    the holder's release and re-acquire go fastest on a thread of its own.
+//    (Measured when these shapes were named lock_spread and lock_contended.)
 //  - Retry: after a pause drawn uniformly from [2.5 ms, 7.5 ms] (kRetryPause
-//    +-50%, so waiters do not retry in lock step). In lock_contended an
+//    +-50%, so waiters do not retry in lock step). On one key an
 //    immediate retry is 4 to 8 times slower (1.3k-2.3k against 8k-10k): the
 //    49 waiters' refused SETs take most of Redis' one core while the holder
 //    waits for its release to be served. With a pause, the waiters leave
@@ -46,16 +48,16 @@
 //    one caller got 2 pairs and another 4,241 in one run); at 5 ms every
 //    caller still gets a share (stderr prints pairs per caller: min,
 //    median, max).
-//  - Nothing between acquire and release: the critical section is empty on
-//    both sides, so the figure is the lock's own cost.
+//  - Between acquire and release only the holders check below, as on
+//    troupe's side: the figure is the lock's own cost.
 //  - TCP over loopback with TCP_NODELAY (hiredis sets it), no pipelining
 //    within a caller: a caller cannot send its release before it knows it
 //    holds the lock.
 //  - The server (bench/run) keeps no append-only file for the lock
-//    workloads: troupe's keyed lock lives in memory only as well.
+//    workloads: troupe's cluster lock keeps its holders and waiters in the
+//    owner node's memory as well.
 //
-// Measurement: a warm-up of kWarmupMs, then pairs completed within a window
-// of kWindowMs (both divided by BENCH_SCALE) divided by the window. Checked
+// Measurement: bench::lock::Meter (bench/common/lock.hpp). Checked
 // on the way: per key, the number of callers that Redis told "you hold it"
 // and that have not yet sent their release never exceeds 1; every release
 // deletes the caller's own grant (the script returns 1). A caller's count of
@@ -83,31 +85,19 @@
 #include <thread>
 #include <vector>
 
+#include "common/lock.hpp"
 #include "common/report.hpp"
 
 namespace {
 
-constexpr long kWarmupMs = 300;
-constexpr long kWindowMs = 1500;
-constexpr int kLeaseMs = 30000;
 constexpr std::chrono::microseconds kRetryPause{5000};  // mean; see the header
 constexpr const char* kReleaseScript =
     "if redis.call('get',KEYS[1])==ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
 
 enum class Driver { threads, events };
 
-struct Workload {
-  const char* name;
-  int keys;
-  int callers;
-  Driver driver;  // the faster, see the header
-};
-
-constexpr Workload kWorkloads[] = {
-    {"lock_uncontended", 1, 1, Driver::threads},
-    {"lock_contended", 1, 50, Driver::threads},
-    {"lock_spread", 1000, 50, Driver::events},
-};
+// The faster driver for a shape, see the header.
+Driver fastest_driver(const bench::lock::Shape& s) { return s.keys == 1 ? Driver::threads : Driver::events; }
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "bench_redis_lock: %s\n", what.c_str());
@@ -151,30 +141,24 @@ Reply command(redisContext* c, const char* what, const char* format, ...) {
   return Reply(r);
 }
 
-std::vector<std::string> key_names(int keys) {
-  // The pid keeps two runs against one server apart.
-  std::vector<std::string> v;
-  v.reserve(static_cast<std::size_t>(keys));
-  const std::string prefix = "troupe-bench:lock:" + std::to_string(::getpid()) + ":";
-  for (int i = 0; i < keys; ++i) v.push_back(prefix + std::to_string(i));
-  return v;
-}
-
-// What all callers share: key names, the release script's hash, and per key
-// the number of callers holding it (see the header).
+// What all callers share: key names, the release script's hash, per key
+// the number of callers holding it (see the header), and the measurement.
 struct Shared {
   std::vector<std::string> keys;
   std::string sha;
   std::unique_ptr<std::atomic<int>[]> holders;
+  std::unique_ptr<bench::lock::Meter> meter;
 };
 
-// One caller: its connection, the key and token of its current pair, the
-// generator that picks keys and the one that jitters retry pauses.
+// One caller: its connection, the key and token of its current pair and
+// when the pair started, the picker of its keys and the generator that
+// jitters retry pauses.
 struct Caller {
   Context conn;
   int id = 0;
-  std::mt19937 rng;
+  std::unique_ptr<bench::lock::KeyPicker> picker;
   std::size_t key = 0;
+  bench::lock::Clock::time_point started;
   std::uint64_t acquisitions = 0;
   std::string token;
   std::minstd_rand jitter;
@@ -186,14 +170,15 @@ struct Caller {
         std::uniform_int_distribution<long>(d.count() / 2, d.count() * 3 / 2)(jitter));
   }
 
-  void next_pair(const Shared& s) {
-    key = s.keys.size() == 1 ? 0 : std::uniform_int_distribution<std::size_t>(0, s.keys.size() - 1)(rng);
+  void next_pair() {
+    key = picker->next();
+    started = bench::lock::Clock::now();
     token = std::to_string(::getpid()) + "." + std::to_string(id) + "." + std::to_string(++acquisitions);
   }
   void append_acquire(const Shared& s) {
     const std::string& k = s.keys[key];
     if (redisAppendCommand(conn.get(), "SET %b %b NX PX %d", k.data(), k.size(), token.data(), token.size(),
-                           kLeaseMs) != REDIS_OK)
+                           bench::lock::kLeaseMs) != REDIS_OK)
       fail(std::string("SET: ") + conn->errstr);
   }
   // Drops this caller from the key's holders, then queues the release.
@@ -214,25 +199,20 @@ struct Caller {
       fail("lock granted twice: key " + s.keys[key] + " has " + std::to_string(before + 1) + " holders");
     return true;
   }
-  void released(const Shared& s, const redisReply* r) const {
+  // The reply to the release: the pair is complete.
+  void released(Shared& s, const redisReply* r) const {
     if (r->type != REDIS_REPLY_INTEGER || r->integer != 1)
       fail("release of " + s.keys[key] + " did not delete the caller's own grant (token " + token + ")" +
            (r->type == REDIS_REPLY_ERROR ? std::string(": ") + r->str : ""));
+    s.meter->completed(id, started);
   }
-};
-
-// Pairs completed, per caller, on its own cache line: read by the measuring
-// thread while the drivers write.
-struct alignas(64) Counter {
-  std::atomic<std::uint64_t> pairs{0};
 };
 
 // --- driver 1: one thread per caller, blocking connections -----------------------
 
-void run_blocking_caller(Shared& s, Caller& c, Counter& done, const std::atomic<bool>& stop,
-                         std::chrono::microseconds retry_delay) {
+void run_blocking_caller(Shared& s, Caller& c, const std::atomic<bool>& stop, std::chrono::microseconds retry_delay) {
   while (!stop.load(std::memory_order_relaxed)) {
-    c.next_pair(s);
+    c.next_pair();
     for (;;) {
       c.append_acquire(s);
       void* raw = nullptr;
@@ -246,7 +226,6 @@ void run_blocking_caller(Shared& s, Caller& c, Counter& done, const std::atomic<
     if (redisGetReply(c.conn.get(), &raw) != REDIS_OK) fail(std::string("EVALSHA: ") + c.conn->errstr);
     Reply r(static_cast<redisReply*>(raw));
     c.released(s, r.get());
-    done.pairs.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -264,7 +243,7 @@ void make_non_blocking(redisContext* c) {
 // Every caller keeps one command in flight on its own connection; one thread
 // waits for replies on all of them (epoll: a wake-up costs the ready
 // connections, not all 50) and parses them with hiredis' reader.
-void run_event_driver(Shared& s, std::vector<Caller>& callers, Counter& done, const std::atomic<bool>& stop,
+void run_event_driver(Shared& s, std::vector<Caller>& callers, const std::atomic<bool>& stop,
                       std::chrono::microseconds retry_delay) {
   using Clock = std::chrono::steady_clock;
   enum class State { acquiring, releasing, waiting, idle };
@@ -296,13 +275,12 @@ void run_event_driver(Shared& s, std::vector<Caller>& callers, Counter& done, co
 
   for (std::size_t i = 0; i < n; ++i) {
     watch(i, EPOLL_CTL_ADD, false);
-    callers[i].next_pair(s);
+    callers[i].next_pair();
     callers[i].append_acquire(s);
     flush(i);
   }
 
   std::vector<epoll_event> events(n);
-  std::uint64_t pairs = 0;
   while (busy > 0) {
     timespec timeout{5, 0};
     if (waiting > 0) {
@@ -354,13 +332,12 @@ void run_event_driver(Shared& s, std::vector<Caller>& callers, Counter& done, co
           }
         } else if (state[i] == State::releasing) {
           c.released(s, r.get());
-          ++pairs;
           if (stopping) {
             state[i] = State::idle;
             --busy;
             continue;
           }
-          c.next_pair(s);
+          c.next_pair();
           c.append_acquire(s);
           state[i] = State::acquiring;
         } else {
@@ -369,7 +346,6 @@ void run_event_driver(Shared& s, std::vector<Caller>& callers, Counter& done, co
       }
       if (state[i] == State::acquiring || state[i] == State::releasing) flush(i);
     }
-    done.pairs.store(pairs, std::memory_order_relaxed);
   }
   ::close(ep);
 }
@@ -397,14 +373,15 @@ std::chrono::microseconds retry_delay_from_env() {
   return std::chrono::microseconds(us);
 }
 
-void run(const Workload& w) {
+void run(const bench::lock::Shape& w) {
   const int port = redis_port();
-  const Driver driver = driver_from_env(w.driver);
+  const Driver driver = driver_from_env(fastest_driver(w));
   const std::chrono::microseconds retry_delay = retry_delay_from_env();
 
   Context admin = connect(port);
   Shared s;
-  s.keys = key_names(w.keys);
+  // The pid keeps two runs against one server apart.
+  s.keys = bench::lock::key_names(w.keys, "troupe-bench:lock:" + std::to_string(::getpid()) + ":");
   {
     Reply r = command(admin.get(), "SCRIPT LOAD", "SCRIPT LOAD %s", kReleaseScript);
     if (r->type != REDIS_REPLY_STRING) fail("SCRIPT LOAD: unexpected reply");
@@ -412,38 +389,28 @@ void run(const Workload& w) {
   }
   s.holders = std::make_unique<std::atomic<int>[]>(s.keys.size());
   for (std::size_t i = 0; i < s.keys.size(); ++i) s.holders[i].store(0);
+  s.meter = std::make_unique<bench::lock::Meter>(w.callers);
 
   std::vector<Caller> callers(static_cast<std::size_t>(w.callers));
   for (int i = 0; i < w.callers; ++i) {
     Caller& c = callers[static_cast<std::size_t>(i)];
     c.conn = connect(port);
     c.id = i;
-    c.rng.seed(static_cast<std::uint32_t>(1000 + i));
+    c.picker = std::make_unique<bench::lock::KeyPicker>(i, w.keys);
     c.jitter.seed(static_cast<std::uint32_t>(2000 + i));
     if (driver == Driver::events) make_non_blocking(c.conn.get());
   }
 
   std::atomic<bool> stop{false};
-  std::vector<Counter> counters(driver == Driver::threads ? callers.size() : 1);
   std::vector<std::thread> threads;
   if (driver == Driver::threads) {
     for (std::size_t i = 0; i < callers.size(); ++i)
-      threads.emplace_back([&, i] { run_blocking_caller(s, callers[i], counters[i], stop, retry_delay); });
+      threads.emplace_back([&, i] { run_blocking_caller(s, callers[i], stop, retry_delay); });
   } else {
-    threads.emplace_back([&] { run_event_driver(s, callers, counters[0], stop, retry_delay); });
+    threads.emplace_back([&] { run_event_driver(s, callers, stop, retry_delay); });
   }
 
-  auto total = [&] {
-    std::uint64_t n = 0;
-    for (const Counter& c : counters) n += c.pairs.load(std::memory_order_relaxed);
-    return n;
-  };
-  std::this_thread::sleep_for(std::chrono::milliseconds(kWarmupMs / bench::scale()));
-  const std::uint64_t before = total();
-  bench::Stopwatch window;
-  std::this_thread::sleep_for(std::chrono::milliseconds(kWindowMs / bench::scale()));
-  const std::uint64_t after = total();
-  const double seconds = window.seconds();
+  const double seconds = s.meter->measure();
   // Every caller finishes its pair (releasing what it holds) and stops.
   stop = true;
   for (std::thread& t : threads) t.join();
@@ -455,7 +422,6 @@ void run(const Workload& w) {
     Reply r = command(admin.get(), "EXISTS", "EXISTS %b", k.data(), k.size());
     if (r->type != REDIS_REPLY_INTEGER || r->integer != 0) fail("key left behind: " + k);
   }
-  if (after == before) fail("no pair completed within the window");
 
   // How evenly the callers got the lock (whole run, warm-up included): a
   // lock without a queue lets a releasing caller take the key straight back.
@@ -468,11 +434,11 @@ void run(const Workload& w) {
                  static_cast<unsigned long long>(per.back()));
   }
 
-  bench::report(w.name, static_cast<double>(after - before) / seconds, "pairs/s");
+  if (!s.meter->report(w.name, seconds)) fail("no pair completed within the window");
 }
 
 void usage(std::FILE* out) {
-  std::fprintf(out, "usage: bench_redis_lock lock_uncontended|lock_contended|lock_spread\n"
+  std::fprintf(out, "usage: bench_redis_lock lock_cluster|lock_cluster_contended\n"
                     "  (needs a Redis server on 127.0.0.1:$TROUPE_BENCH_REDIS_PORT)\n");
 }
 
@@ -483,11 +449,9 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
-  for (const Workload& w : kWorkloads) {
-    if (std::strcmp(argv[1], w.name) == 0) {
-      run(w);
-      return 0;
-    }
+  if (const bench::lock::Shape* w = bench::lock::shape(argv[1])) {
+    run(*w);
+    return 0;
   }
   std::fprintf(stderr, "bench_redis_lock: unknown workload '%s'\n", argv[1]);
   usage(stderr);
