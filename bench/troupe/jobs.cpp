@@ -1,13 +1,17 @@
 // Job service workloads (the peer is BullMQ, bench/peers/bullmq): 100,000
 // trivial jobs are added first, with the workers paused, and then processed.
 //
-//   jobs_<memory|durable>_c<1|50>[_prio]
-//     memory   — no journal (beside BullMQ on a Redis without persistence);
-//     durable  — SqliteJournal in a fresh temporary directory with
-//                Durability::process_crash (no fsync per commit; beside
-//                BullMQ on a Redis with appendfsync everysec, likewise);
-//     c1, c50  — JobSettings::workers, the concurrency;
-//     _prio    — priorities cycling 1..5 (0 otherwise).
+//   jobs_<memory|durable|durable_fsync>_c<1|50>[_prio]
+//     memory         — no journal (beside BullMQ on a Redis without
+//                      persistence);
+//     durable        — SqliteJournal in a fresh temporary directory with
+//                      Durability::process_crash (no fsync per commit; beside
+//                      BullMQ on a Redis with appendfsync everysec, likewise);
+//     durable_fsync  — the same with Durability::full (an fsync per commit;
+//                      beside BullMQ on a Redis with appendfsync always,
+//                      likewise);
+//     c1, c50        — JobSettings::workers, the concurrency;
+//     _prio          — priorities cycling 1..5 (0 otherwise).
 //
 // jobs_cluster_c50 (jobs_cluster.cpp) runs jobs_durable_c50's jobs on a
 // cluster-wide job service of three nodes; jobs_common.hpp is what both share.
@@ -40,6 +44,7 @@ using jobs_common::die;
 
 struct Workload {
   bool durable = false;
+  troupe::Durability durability = troupe::Durability::process_crash;  // when durable
   std::size_t workers = 1;
   bool prio = false;
 };
@@ -49,6 +54,10 @@ Workload parse(const std::string& name) {
   std::string rest;
   if (name.rfind("jobs_memory_", 0) == 0) {
     rest = name.substr(12);
+  } else if (name.rfind("jobs_durable_fsync_", 0) == 0) {
+    w.durable = true;
+    w.durability = troupe::Durability::full;
+    rest = name.substr(19);
   } else if (name.rfind("jobs_durable_", 0) == 0) {
     w.durable = true;
     rest = name.substr(13);
@@ -76,7 +85,7 @@ void jobs(const std::string& workload) {
   const long n = jobs_common::kJobs / bench::scale();
 
   std::optional<jobs_common::DurableJournal> durable;  // outlives the service
-  if (w.durable) durable.emplace();
+  if (w.durable) durable.emplace(w.durability);
 
   auto outcomes = std::make_shared<jobs_common::Outcomes>(n);
   {

@@ -47,18 +47,20 @@ struct Outcomes {
 };
 
 // The durable journal: SqliteJournal in a fresh temporary directory with
-// Durability::process_crash (no fsync per commit, as Redis with appendfsync
-// everysec). The directory is removed when this goes, so keep it until the
-// services holding the journal have stopped.
+// `durability`: Durability::process_crash by default (no fsync per commit, as
+// Redis with appendfsync everysec), Durability::full for the jobs_durable_fsync
+// rows (an fsync per commit, as Redis with appendfsync always). The directory
+// is removed when this goes, so keep it until the services holding the
+// journal have stopped.
 class DurableJournal {
  public:
-  DurableJournal() {
+  explicit DurableJournal(troupe::Durability durability = troupe::Durability::process_crash) {
     dir_ = std::filesystem::temp_directory_path() / ("troupe-bench-jobs-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     troupe::SqliteJournalOptions o;
     o.path = (dir_ / "jobs.db").string();
-    o.durability = troupe::Durability::process_crash;
+    o.durability = durability;
     auto j = troupe::SqliteJournal::open(o);
     if (!j.ok()) die("cannot open the journal: " + j.error().to_string());
     journal_ = std::move(j).value();

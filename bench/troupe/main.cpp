@@ -26,7 +26,7 @@ bool lock(const std::string& workload);  // lock.cpp: lock_uncontended, _contend
 bool lock_cluster(const std::string& workload);  // lock_cluster.cpp: lock_cluster, lock_cluster_contended
 int lock_cluster_server(const std::string& workload, const char* fd_arg);  // lock_cluster.cpp: the owner node
 void process_manager();                  // process_manager.cpp
-void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable}_c{1,50}[_prio]
+void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable,durable_fsync}_c{1,50}[_prio]
 void jobs_cluster(const std::string& workload);  // jobs_cluster.cpp: jobs_cluster_c50 (three nodes)
 void failover();                         // cluster.cpp
 void rebalance();                        // cluster.cpp
