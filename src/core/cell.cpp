@@ -234,14 +234,18 @@ bool CellBase::is_control(const Envelope* e) const noexcept {
 
 Resume CellBase::resume(std::uint32_t budget) noexcept {
   if (state_ & kTerminated) [[unlikely]] return Resume::idle;  // defensive: never scheduled after close
-  // User messages handled in this activation, counted once at its end.
+  // User messages handled in this activation, counted once at its end. It
+  // holds the scheduler, not the cell: once the cell went idle or
+  // terminated below, another thread may release and free it before this
+  // runs.
+  using Sched = decltype(system_->scheduler);
   struct Taken {
-    CellBase& cell;
+    Sched& scheduler;
     std::uint32_t n = 0;
     ~Taken() {
-      if (n) cell.system_->scheduler.count_taken(n);
+      if (n) scheduler.count_taken(n);
     }
-  } taken{*this};
+  } taken{system_->scheduler};
   for (std::uint32_t n = 0; n < budget; ++n) {
     if (!cache_ && !take_batch()) {
       // Last act before going idle: a suspended actor arms its restart timer
