@@ -3,6 +3,7 @@
 #include "troupe/persist/codec.hpp"
 #include "troupe/persist/effect.hpp"
 #include "troupe/persist/entity.hpp"
+#include "troupe/persist/forwarding_journal.hpp"
 #include "troupe/persist/journal.hpp"
 #include "troupe/persist/memory_journal.hpp"
 #include "troupe/persist/sqlite_journal.hpp"

@@ -65,64 +65,45 @@ double quantile_ms(const std::vector<double>& bounds, const std::vector<std::uin
 json number_or_null(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
 
 // Counts and times the journal's appends for /metrics; forwards everything.
-class MeteredJournal final : public Journal {
+class MeteredJournal final : public ForwardingJournal {
  public:
+  // What the appends add up to. Shared with their callbacks: the back end,
+  // destroyed after this object's own members, may still complete appends.
+  struct Meters {
+    explicit Meters(std::shared_ptr<Histogram> l) : latency(std::move(l)) {}
+    std::shared_ptr<Histogram> latency;
+    std::atomic<std::uint64_t> events{0}, appends{0}, failures{0};
+  };
+
   MeteredJournal(std::shared_ptr<Journal> inner, std::shared_ptr<Histogram> latency)
-      : latency_(std::move(latency)), inner_(std::move(inner)) {}
+      : ForwardingJournal(std::move(inner)), meters_(std::make_shared<Meters>(std::move(latency))) {}
 
   void append(AppendBatch batch, Callback<void> done) override {
-    events_.fetch_add(batch.events.size(), std::memory_order_relaxed);
-    appends_.fetch_add(1, std::memory_order_relaxed);
+    meters_->events.fetch_add(batch.events.size(), std::memory_order_relaxed);
+    meters_->appends.fetch_add(1, std::memory_order_relaxed);
     auto start = Clock::now();
-    inner_->append(std::move(batch), [this, start, done = std::move(done)](Result<void> r) mutable {
-      latency_->observe_seconds(std::chrono::duration<double>(Clock::now() - start).count());
-      if (!r.ok()) failures_.fetch_add(1, std::memory_order_relaxed);
+    inner().append(std::move(batch), [m = meters_, start, done = std::move(done)](Result<void> r) mutable {
+      m->latency->observe_seconds(std::chrono::duration<double>(Clock::now() - start).count());
+      if (!r.ok()) m->failures.fetch_add(1, std::memory_order_relaxed);
       done(std::move(r));
     });
   }
-  void replay(std::string id, std::uint64_t from, std::uint64_t to, Callback<std::vector<EventRecord>> done) override {
-    inner_->replay(std::move(id), from, to, std::move(done));
-  }
-  void highest_seq(std::string id, Callback<std::uint64_t> done) override {
-    inner_->highest_seq(std::move(id), std::move(done));
-  }
-  void delete_up_to(std::string id, std::uint64_t to, Callback<void> done) override {
-    inner_->delete_up_to(std::move(id), to, std::move(done));
-  }
-  void save_snapshot(std::string id, SnapshotRecord s, Callback<void> done) override {
-    inner_->save_snapshot(std::move(id), std::move(s), std::move(done));
-  }
-  void load_snapshot(std::string id, Callback<std::optional<SnapshotRecord>> done) override {
-    inner_->load_snapshot(std::move(id), std::move(done));
-  }
-  void recover(std::string id, Callback<Recovery> done) override { inner_->recover(std::move(id), std::move(done)); }
-  void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override {
-    inner_->raise_fence(std::move(key), value, std::move(done));
-  }
-  void highest_fence(Callback<std::uint64_t> done) override { inner_->highest_fence(std::move(done)); }
-  std::string_view name() const noexcept override { return inner_->name(); }
-
   // Group commits of the back end, when it reports them: {transactions, events}.
   std::optional<std::pair<std::uint64_t, std::uint64_t>> commits() const {
-    if (auto* s = dynamic_cast<SqliteJournal*>(inner_.get())) {
+    if (auto* s = dynamic_cast<SqliteJournal*>(&inner())) {
       auto st = s->stats();
       return std::pair{st.transactions, st.events_written};
     }
-    if (auto* p = dynamic_cast<PostgresJournal*>(inner_.get())) {
+    if (auto* p = dynamic_cast<PostgresJournal*>(&inner())) {
       auto st = p->stats();
       return std::pair{st.transactions, st.events_written};
     }
     return std::nullopt;
   }
-
-  std::atomic<std::uint64_t> events_{0}, appends_{0}, failures_{0};
+  const Meters& meters() const noexcept { return *meters_; }
 
  private:
-  // The histogram first: the back end is destroyed first (members go in
-  // reverse order), and its destructor may still complete appends whose
-  // callbacks observe into the histogram.
-  std::shared_ptr<Histogram> latency_;
-  std::shared_ptr<Journal> inner_;
+  std::shared_ptr<Meters> meters_;
 };
 
 // The load report between nodes: load_wire.hpp.
@@ -383,9 +364,9 @@ void Node::Impl::collect(MetricsWriter& w) const {
   }
   if (metered) {
     Labels l = with({{"backend", std::string(metered->name())}});
-    w.counter("troupe_journal_appends_total", "Append calls (one entity's batch each).").set(l, d(metered->appends_.load()));
-    w.counter("troupe_journal_events_total", "Events handed to the journal.").set(l, d(metered->events_.load()));
-    w.counter("troupe_journal_append_failures_total", "Appends that failed.").set(l, d(metered->failures_.load()));
+    w.counter("troupe_journal_appends_total", "Append calls (one entity's batch each).").set(l, d(metered->meters().appends.load()));
+    w.counter("troupe_journal_events_total", "Events handed to the journal.").set(l, d(metered->meters().events.load()));
+    w.counter("troupe_journal_append_failures_total", "Appends that failed.").set(l, d(metered->meters().failures.load()));
     if (auto c = metered->commits()) {
       w.counter("troupe_journal_transactions_total", "Write transactions committed (group commits).").set(l, d(c->first));
       w.counter("troupe_journal_transaction_events_total", "Events written by those transactions: over transactions, the batch size.").set(l, d(c->second));

@@ -21,6 +21,7 @@
 #include "journal_test_support.hpp"
 #include "postgres/postgres_test_server.hpp"
 #include "troupe/patterns/job_service.hpp"
+#include "troupe/persist/forwarding_journal.hpp"
 #include "troupe/persist/postgres_journal.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
 #include "troupe/testkit/gate.hpp"
@@ -69,10 +70,10 @@ std::vector<std::uint64_t> job_ids(const EventRecord& e) {
 // commit has returned successfully, logs one line per stored event (and per
 // job a job-service event holds) before the caller's callback runs. Owns a
 // share of the inner journal; thread-safe as the inner one is.
-class RecordingJournal final : public Journal {
+class RecordingJournal final : public ForwardingJournal {
  public:
   RecordingJournal(std::shared_ptr<Journal> inner, std::shared_ptr<OrderLog> log)
-      : inner_(std::move(inner)), log_(std::move(log)) {}
+      : ForwardingJournal(std::move(inner)), log_(std::move(log)) {}
 
   void append(AppendBatch batch, Callback<void> done) override {
     std::vector<std::string> lines;
@@ -83,36 +84,14 @@ class RecordingJournal final : public Journal {
         for (auto id : job_ids(e)) lines.push_back("commit returned for job " + std::to_string(id) + what);
       }
     }
-    inner_->append(std::move(batch), [log = log_, lines = std::move(lines), done = std::move(done)](Result<void> r) {
+    inner().append(std::move(batch), [log = log_, lines = std::move(lines), done = std::move(done)](Result<void> r) {
       if (r.ok())
         for (const auto& l : lines) log->add(l);
       done(std::move(r));
     });
   }
-  void replay(std::string id, std::uint64_t from, std::uint64_t to, Callback<std::vector<EventRecord>> done) override {
-    inner_->replay(std::move(id), from, to, std::move(done));
-  }
-  void highest_seq(std::string id, Callback<std::uint64_t> done) override {
-    inner_->highest_seq(std::move(id), std::move(done));
-  }
-  void delete_up_to(std::string id, std::uint64_t to, Callback<void> done) override {
-    inner_->delete_up_to(std::move(id), to, std::move(done));
-  }
-  void save_snapshot(std::string id, SnapshotRecord s, Callback<void> done) override {
-    inner_->save_snapshot(std::move(id), std::move(s), std::move(done));
-  }
-  void load_snapshot(std::string id, Callback<std::optional<SnapshotRecord>> done) override {
-    inner_->load_snapshot(std::move(id), std::move(done));
-  }
-  void recover(std::string id, Callback<Recovery> done) override { inner_->recover(std::move(id), std::move(done)); }
-  void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override {
-    inner_->raise_fence(std::move(key), value, std::move(done));
-  }
-  void highest_fence(Callback<std::uint64_t> done) override { inner_->highest_fence(std::move(done)); }
-  std::string_view name() const noexcept override { return inner_->name(); }
 
  private:
-  std::shared_ptr<Journal> inner_;
   std::shared_ptr<OrderLog> log_;
 };
 

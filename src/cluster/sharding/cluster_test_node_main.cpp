@@ -121,33 +121,15 @@ class ActivationToken {
 // fence and raise_fence stores nothing, so a stale owner's appends are
 // refused by nothing but the primary key. Shares the inner journal;
 // thread-safe as the inner journal is.
-class UnfencedJournal final : public Journal {
+class UnfencedJournal final : public ForwardingJournal {
  public:
-  explicit UnfencedJournal(std::shared_ptr<Journal> inner) : inner_(std::move(inner)) {}
+  using ForwardingJournal::ForwardingJournal;
   void append(AppendBatch batch, Callback<void> done) override {
     batch.fence = Fence{};
-    inner_->append(std::move(batch), std::move(done));
+    inner().append(std::move(batch), std::move(done));
   }
-  void replay(std::string id, std::uint64_t from, std::uint64_t to, Callback<std::vector<EventRecord>> done) override {
-    inner_->replay(std::move(id), from, to, std::move(done));
-  }
-  void highest_seq(std::string id, Callback<std::uint64_t> done) override { inner_->highest_seq(std::move(id), std::move(done)); }
-  void delete_up_to(std::string id, std::uint64_t to, Callback<void> done) override {
-    inner_->delete_up_to(std::move(id), to, std::move(done));
-  }
-  void save_snapshot(std::string id, SnapshotRecord s, Callback<void> done) override {
-    inner_->save_snapshot(std::move(id), std::move(s), std::move(done));
-  }
-  void load_snapshot(std::string id, Callback<std::optional<SnapshotRecord>> done) override {
-    inner_->load_snapshot(std::move(id), std::move(done));
-  }
-  void recover(std::string id, Callback<Recovery> done) override { inner_->recover(std::move(id), std::move(done)); }
   void raise_fence(std::string, std::uint64_t, Callback<void> done) override { done(Result<void>{}); }
-  void highest_fence(Callback<std::uint64_t> done) override { inner_->highest_fence(std::move(done)); }
   std::string_view name() const noexcept override { return "unfenced"; }
-
- private:
-  std::shared_ptr<Journal> inner_;
 };
 
 // The cluster's directory, less self-fencing: the immediate stops a node
