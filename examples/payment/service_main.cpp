@@ -1,6 +1,6 @@
 // payment_service: the payment service (service.hpp) on a troupe node.
 //
-//   payment_service --config examples/payment/single.toml
+//   payment_service --config examples/payment/config/single.toml
 //
 // Reads the node's TOML config (with its [payment] table), starts the node
 // (journal, cluster if configured, admin API and dashboard) and the payment

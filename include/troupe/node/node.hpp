@@ -4,7 +4,7 @@
 // (SQLite, PostgreSQL or memory), the cluster when [cluster] is configured
 // (remoting, Redis membership and placement, the shard directory), and the
 // admin HTTP server: the JSON API, Prometheus /metrics and the dashboard
-// (doc/node.md, doc/admin-api.md, doc/dashboard.md).
+// (doc/node.md, doc/dashboard.md).
 //
 //   auto cfg = troupe::node::NodeConfig::load("payment.toml", {"payment"});
 //   auto node = troupe::node::Node::start(std::move(*cfg));     // exits with a message on error

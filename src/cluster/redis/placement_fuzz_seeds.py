@@ -2,7 +2,7 @@
 """Writes the seed corpus of placement_values_fuzz (placement_values_fuzz.cpp).
 
 Each seed is a byte picking the parser, then what that parser reads in
-production: desired sets as doc/placement.md shows them, the HTTP answers
+production: desired sets as doc/redis.md shows them, the HTTP answers
 of a desired-set server, URLs, and the replies of the placement scripts
 (scripts.cpp) in RESP as Redis sends them: an assignment
 [owner, epoch, updated_ms, spec, handing_off_from, handoff_epoch] and a
