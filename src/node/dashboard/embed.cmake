@@ -1,7 +1,7 @@
 # Builds the dashboard's files into troupe_node.
 #
 # This file has two roles:
-#  - included by the top-level CMakeLists.txt, it declares a build step that
+#  - included by src/node/CMakeLists.txt, it declares a build step that
 #    regenerates troupe_dashboard_assets.cpp whenever an asset (or this file)
 #    changes, and adds that source to troupe_node;
 #  - run as a script (cmake -P, which is what that build step does), it reads
@@ -78,7 +78,7 @@ std::optional<DashboardAsset> dashboard_asset(std::string_view path) {
   return()
 endif()
 
-# --- included from CMakeLists.txt ---------------------------------------------
+# --- included from src/node/CMakeLists.txt ---------------------------------------------
 set(TROUPE_DASHBOARD_ASSETS
     ${CMAKE_CURRENT_LIST_DIR}/index.html
     ${CMAKE_CURRENT_LIST_DIR}/app.js
