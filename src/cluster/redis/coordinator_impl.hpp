@@ -1,0 +1,307 @@
+#pragma once
+// The Redis coordinator's private state: Coordinator::Impl, shared by the
+// files that implement it (coordinator.cpp: construction, start and stop;
+// redis_link.cpp: the connections and scripts; liveness.cpp: the heartbeat;
+// membership.cpp: the member view and takeovers; self_fencing.cpp;
+// assignment.cpp; rebalance.cpp; reconcile.cpp; sync.cpp). Internal to
+// src/cluster/redis/.
+//
+// One io thread runs two hiredis connections (commands and pub/sub), the
+// heartbeat, the fence timer, takeovers, syncs and reconciles. Every piece
+// of state below is touched only on that thread, except the cached views
+// (members, first-manager answer, fenced flag, running units), which sit
+// behind view_mu_ for the public getters.
+
+// clang-format off
+#include "../asio_headers.hpp"  // first: see there
+// clang-format on
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_connection.hpp"
+#include "redis_values.hpp"
+#include "scripts.hpp"
+#include "troupe/cluster/coordinator.hpp"
+
+namespace troupe::cluster {
+namespace detail {
+
+inline TimePoint steady_now() { return TimePoint(std::chrono::steady_clock::now().time_since_epoch()); }
+inline std::chrono::steady_clock::time_point to_asio(TimePoint t) {
+  return std::chrono::steady_clock::time_point(t.time_since_epoch());
+}
+inline long long to_ms(Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+inline std::string ms_text(Duration d) { return std::to_string(to_ms(d)) + " ms"; }
+
+// A fresh random name for this coordinator's registration (16 hex digits).
+std::string random_session();
+
+// Runs DesiredSources, which may block, away from the coordinator thread:
+// one thread, started by the first job, running jobs in order. Owned by the
+// coordinator; post() and shutdown() are thread-safe; shutdown() drops jobs
+// not started and waits for the one running. Defined in sync.cpp.
+class SourceRunner {
+ public:
+  ~SourceRunner() { shutdown(); }
+  void post(std::function<void()> job);
+  void shutdown();
+
+ private:
+  void run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace detail
+
+using detail::int_of;
+using detail::KeyNames;
+using detail::ms_text;
+using detail::parse_assignment;
+using detail::RedisConnection;
+using detail::RedisEndpoint;
+using detail::RedisReply;
+using detail::Script;
+using detail::split_words;
+using detail::steady_now;
+using detail::text_of;
+using detail::to_asio;
+using detail::to_ms;
+
+// The coordinator's state and its io thread. Owned by the Coordinator (and,
+// for a moment, by completion callbacks that hold a weak reference and post
+// back to it); public entry points are thread-safe, everything else runs on
+// the io thread (see the top of this file).
+class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  explicit Impl(CoordinatorSettings s);
+  ~Impl();
+
+  void launch() {
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  void halt();
+
+  // --- public entry points (any thread) ---
+  Future<void> start();
+  Future<void> started();
+  Future<void> stop();
+  std::vector<Member> members() const {
+    std::lock_guard lk(view_mu_);
+    return members_view_;
+  }
+  Result<bool> is_first_manager() const {
+    std::lock_guard lk(view_mu_);
+    if (!first_manager_)
+      return Error(ErrorCode::not_ready, "is_first_manager() asked before start-up finished on node '" +
+                                             s_.node_id + "'; wait for started()");
+    return *first_manager_;
+  }
+  bool is_fenced() const noexcept { return fenced_flag_.load(std::memory_order_acquire); }
+  std::map<std::string, std::uint64_t> running(const std::string& group) const {
+    std::lock_guard lk(view_mu_);
+    auto it = running_view_.find(group);
+    return it == running_view_.end() ? std::map<std::string, std::uint64_t>{} : it->second;
+  }
+  Future<Placement> assign(const std::string& group, const std::string& unit, const std::string& spec);
+  Future<Placement> relocate(const std::string& group, const std::string& unit, bool force);
+  Future<bool> unassign(const std::string& group, const std::string& unit);
+  Future<std::vector<Move>> rebalance_all(const std::string& group);
+  Future<std::optional<Assignment>> assignment(const std::string& group, const std::string& unit);
+  Future<std::vector<Assignment>> owned_units(const std::string& group);
+  Future<bool> release(const std::string& group, const std::string& unit, std::uint64_t epoch);
+  Future<SyncReport> sync(const std::string& group, DesiredSource source);
+  Result<void> serve(const std::string& group, Reconciler reconciler);
+
+  const CoordinatorSettings s_;
+
+ private:
+  enum class Phase { idle, starting, running, stopping, stopped };
+
+  struct LocalUnit {
+    std::string spec;
+    std::uint64_t epoch = 0;
+    bool stopping = false;
+    bool release_after = false;  // release the hand-off once stopped
+  };
+  struct ServedGroup {
+    Reconciler reconciler;
+    std::map<std::string, LocalUnit> units;
+    bool in_flight = false;  // a my_units read is out
+    bool dirty = false;      // something changed meanwhile: read again
+    bool waiting = false;    // some unit waits for a hand-off: re-read on each heartbeat
+  };
+  struct SyncState {
+    DesiredSource source;
+    std::vector<Promise<SyncReport>> waiters;        // for the next round
+    std::vector<Promise<SyncReport>> round_waiters;  // for the round in flight
+    bool in_flight = false;
+    bool again = false;
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+  struct PendingRelease {
+    std::string group, unit;
+    std::uint64_t epoch;
+  };
+  using Reply = Result<RedisReply>;
+  template <class Sig>
+  using Fn = troupe::detail::UniqueFunction<Sig>;  // move-only: continuations may own promises
+  using ReplyK = Fn<void(Reply)>;
+
+  // Runs `f(promise)` on the io thread; a halted coordinator answers
+  // shutting_down.
+  template <class T, class F>
+  Future<T> call(F&& f) {
+    Promise<T> p;
+    Future<T> fut = p.future();
+    if (halting_.load(std::memory_order_acquire)) {
+      p.set_error(shutting_down_error());
+      return fut;
+    }
+    asio::post(io_, [this, p = std::move(p), f = std::forward<F>(f)]() mutable {
+      if (halted_) {
+        p.set_error(shutting_down_error());
+        return;
+      }
+      f(p);
+    });
+    return fut;
+  }
+
+  Error shutting_down_error() const {
+    return Error(ErrorCode::shutting_down, "the coordinator of node '" + s_.node_id + "' has stopped");
+  }
+  Error not_connected_error() const {
+    return Error(ErrorCode::coordination_failed,
+                 "not connected to Redis at " + endpoint_.describe() + " (reconnecting)");
+  }
+  void log(CoordinatorLogLevel level, const std::string& msg) const;
+
+  // --- the link to Redis (redis_link.cpp) ---
+  void connect_link(std::function<void(Result<void>)> done);
+  void load_scripts(std::function<void(Result<void>)> done);
+  void on_link_lost(const Error& e);
+  void schedule_reconnect();
+  void eval(Script s, std::vector<std::string> args, ReplyK k);
+  Reply script_reply(Script s, Reply r) const;
+  Error unexpected(Script s, const RedisReply& r) const;
+  void on_event(std::string_view payload);
+
+  // --- start-up and graceful stop (coordinator.cpp) ---
+  void begin_start();
+  void fail_start(const Error& e);
+  void finish_start();
+  void maybe_finish_stop();
+  void finish_stop();
+  void close_all();
+
+  // --- heartbeat (liveness.cpp) ---
+  void tick();
+  void send_beat();
+  void on_beat(TimePoint sent, bool registering, Reply r);
+  void note_epoch(std::uint64_t e) { max_epoch_seen_ = std::max(max_epoch_seen_, e); }
+
+  // --- the member view and takeovers (membership.cpp) ---
+  void update_view(const RedisReply& view);
+  void run_takeover(std::vector<std::string> dead);
+
+  // --- self-fencing (self_fencing.cpp) ---
+  void arm_fence_timer();
+  void fence(const std::string& why);
+  void unfence();
+
+  // --- placement scripts (assignment.cpp) ---
+  void do_assign(const std::string& group, const std::string& unit, const std::string& spec, bool notify,
+                 Fn<void(Result<Placement>)> k);
+  void do_unassign(const std::string& group, const std::string& unit, bool notify, Fn<void(Result<bool>)> k);
+  void do_set_spec(const std::string& group, const std::string& unit, const std::string& spec, bool notify,
+                   Fn<void(Result<bool>)> k);
+  void do_release(const std::string& group, const std::string& unit, std::uint64_t epoch,
+                  Fn<void(Result<bool>)> k);
+
+  // --- running what Redis places here (reconcile.cpp) ---
+  void reconcile(const std::string& group);
+  void reconcile_all();
+  void apply(const std::string& group, const RedisReply& units);
+  void begin_stop(const std::string& group, const std::string& unit, bool release_after);
+  void on_stopped(const std::string& group, const std::string& unit, std::uint64_t epoch,
+                  const Result<void>& r);
+  void publish_running(const std::string& group);
+
+  // --- sync (sync.cpp) ---
+  void run_sync(const std::string& group);
+  void on_desired(const std::string& group, Result<DesiredSet> desired);
+  void finish_sync(const std::string& group, Result<SyncReport> r);
+  void schedule_sync(const std::string& group);
+
+  KeyNames keys_;
+  RedisEndpoint endpoint_;
+  std::string session_ = detail::random_session();
+  std::vector<std::string> script_keys_;
+
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::thread thread_;
+  RedisConnection cmd_;
+  RedisConnection sub_;
+  asio::steady_timer heartbeat_timer_;
+  asio::steady_timer fence_timer_;
+  asio::steady_timer reconnect_timer_;
+  asio::steady_timer periodic_timer_;
+  asio::steady_timer start_retry_timer_;
+  detail::SourceRunner sources_;
+
+  std::atomic<bool> halting_{false};
+  // --- io thread only ---
+  bool halted_ = false;
+  Phase phase_ = Phase::idle;
+  std::array<std::string, detail::script_count> sha_;
+  bool link_up_ = false;
+  bool connecting_link_ = false;
+  Duration backoff_;
+  bool beat_in_flight_ = false;
+  bool registered_ = false;
+  bool fenced_ = false;
+  bool superseded_ = false;
+  bool takeover_in_flight_ = false;
+  TimePoint last_ok_send_{};
+  TimePoint start_deadline_{};
+  std::uint64_t max_epoch_seen_ = 0;
+  std::map<std::string, ServedGroup> served_;
+  std::map<std::string, SyncState> syncs_;
+  std::vector<PendingRelease> pending_releases_;
+  std::vector<Promise<void>> start_waiters_;
+  std::vector<Promise<void>> stop_waiters_;
+  std::optional<Error> start_error_;
+  std::set<std::string> warned_entries_;
+  bool link_warned_ = false;
+  std::vector<Member> last_members_;
+
+  // --- cached views (view_mu_) ---
+  mutable std::mutex view_mu_;
+  std::vector<Member> members_view_;
+  std::optional<bool> first_manager_;
+  std::map<std::string, std::map<std::string, std::uint64_t>> running_view_;
+  std::set<std::string> served_names_;
+  std::atomic<bool> fenced_flag_{false};
+};
+
+}  // namespace troupe::cluster

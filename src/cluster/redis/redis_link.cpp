@@ -1,0 +1,178 @@
+// The coordinator's link to Redis: connecting both connections (commands,
+// and the subscription to the cluster's notices), loading the Lua scripts,
+// reconnecting with back-off, running a script (EVALSHA, with EVAL when
+// Redis lost its script cache) and checking its reply's shape, and the
+// notices that make this node read its assignments again.
+
+#include "coordinator_impl.hpp"
+
+namespace troupe::cluster {
+
+// --- the link to Redis ------------------------------------------------------------
+
+void Coordinator::Impl::connect_link(std::function<void(Result<void>)> done) {
+  connecting_link_ = true;
+  auto fail = [this, done](const Error& e) {
+    connecting_link_ = false;
+    cmd_.close();
+    sub_.close();
+    done(e);
+  };
+  cmd_.connect([this, done, fail](Result<void> r) {
+    if (halted_) return;
+    if (!r.ok()) return fail(r.error());
+    load_scripts([this, done, fail](Result<void> lr) {
+      if (halted_) return;
+      if (!lr.ok()) return fail(lr.error());
+      sub_.connect([this, done, fail](Result<void> sr) {
+        if (halted_) return;
+        if (!sr.ok()) return fail(sr.error());
+        sub_.subscribe(
+            keys_.events(), [this](std::string_view payload) { on_event(payload); },
+            [this, done, fail](Result<void> subr) {
+              if (halted_) return;
+              if (!subr.ok()) return fail(subr.error());
+              if (!cmd_.ready() || !sub_.ready())
+                return fail(
+                    Error(ErrorCode::coordination_failed,
+                          "the connection to Redis at " + endpoint_.describe() + " broke while connecting"));
+              connecting_link_ = false;
+              link_up_ = true;
+              done({});
+            });
+      });
+    });
+  });
+}
+
+void Coordinator::Impl::load_scripts(std::function<void(Result<void>)> done) {
+  struct Batch {
+    std::size_t left = detail::script_count;
+    std::optional<Error> error;
+  };
+  auto batch = std::make_shared<Batch>();
+  for (std::size_t i = 0; i < detail::script_count; ++i) {
+    auto s = static_cast<Script>(i);
+    cmd_.command({"SCRIPT", "LOAD", detail::script_text(s)}, [this, s, i, batch, done](Reply r) {
+      if (!r.ok()) {
+        if (!batch->error) batch->error = r.error();
+      } else if (r->is_error() || !r->is_text()) {
+        if (!batch->error)
+          batch->error = Error(ErrorCode::coordination_failed,
+                               "Redis at " + endpoint_.describe() + " refused to load script " +
+                                   std::string(detail::script_name(s)) + ": " + r->describe());
+      } else {
+        sha_[i] = r->str;
+      }
+      if (--batch->left == 0) {
+        if (batch->error) {
+          done(*batch->error);
+        } else {
+          done({});
+        }
+      }
+    });
+  }
+}
+
+void Coordinator::Impl::on_link_lost(const Error& e) {
+  if (halted_ || connecting_link_ || !link_up_) return;
+  link_up_ = false;
+  log(CoordinatorLogLevel::warning, "lost Redis: " + e.message() + "; reconnecting");
+  link_warned_ = true;
+  cmd_.close();
+  sub_.close();
+  schedule_reconnect();
+}
+
+void Coordinator::Impl::schedule_reconnect() {
+  if (halted_ || phase_ == Phase::stopped || phase_ == Phase::idle) return;
+  reconnect_timer_.expires_after(backoff_);
+  reconnect_timer_.async_wait([this](const asio::error_code& ec) {
+    if (ec || halted_ || link_up_ || connecting_link_) return;
+    if (phase_ != Phase::running && phase_ != Phase::stopping) return;
+    connect_link([this](Result<void> r) {
+      if (halted_) return;
+      if (!r.ok()) {
+        log(CoordinatorLogLevel::debug, "reconnect failed: " + r.error().message());
+        backoff_ = std::min(backoff_ * 2, s_.reconnect_max_backoff);
+        schedule_reconnect();
+        return;
+      }
+      backoff_ = s_.reconnect_min_backoff;
+      log(CoordinatorLogLevel::info, "reconnected to Redis at " + endpoint_.describe());
+      link_warned_ = false;
+      send_beat();
+      // Notices published while the subscription was down are lost: read
+      // again rather than trust that nothing happened.
+      reconcile_all();
+      for (const auto& pr : pending_releases_) do_release(pr.group, pr.unit, pr.epoch, [](Result<bool>) {});
+      pending_releases_.clear();
+    });
+  });
+}
+
+void Coordinator::Impl::eval(Script s, std::vector<std::string> args, ReplyK k) {
+  if (phase_ == Phase::stopped) {
+    asio::post(io_, [k = std::move(k), e = shutting_down_error()]() mutable { k(e); });
+    return;
+  }
+  if (!link_up_ && !connecting_link_ && phase_ != Phase::starting) {
+    Error e = phase_ == Phase::idle ? Error(ErrorCode::not_ready, "the coordinator of node '" + s_.node_id +
+                                                                      "' is not started; call start() first")
+                                    : not_connected_error();
+    asio::post(io_, [k = std::move(k), e = std::move(e)]() mutable { k(e); });
+    return;
+  }
+  auto argv = std::make_shared<std::vector<std::string>>();
+  argv->reserve(4 + script_keys_.size() + args.size());
+  argv->push_back("EVALSHA");
+  argv->push_back(sha_[static_cast<std::size_t>(s)]);
+  argv->push_back(std::to_string(script_keys_.size()));
+  argv->insert(argv->end(), script_keys_.begin(), script_keys_.end());
+  argv->push_back(keys_.base());
+  for (auto& a : args) argv->push_back(std::move(a));
+  cmd_.command(*argv, [this, s, argv, k = std::move(k)](Reply r) mutable {
+    if (r.ok() && r->is_error() && r->str.compare(0, 8, "NOSCRIPT") == 0) {
+      // The script cache was flushed (SCRIPT FLUSH, a failover): send the
+      // text, which also loads it again.
+      (*argv)[0] = "EVAL";
+      (*argv)[1] = detail::script_text(s);
+      cmd_.command(*argv,
+                   [this, s, k = std::move(k)](Reply r2) mutable { k(script_reply(s, std::move(r2))); });
+      return;
+    }
+    k(script_reply(s, std::move(r)));
+  });
+}
+
+Coordinator::Impl::Reply Coordinator::Impl::script_reply(Script s, Reply r) const {
+  if (!r.ok()) return r;
+  if (r->is_error())
+    return Error(ErrorCode::coordination_failed, "Redis at " + endpoint_.describe() + " failed script " +
+                                                     std::string(detail::script_name(s)) + ": " + r->str);
+  if (!r->is_array() || r->elements.empty() || !r->elements[0].is_text()) return unexpected(s, *r);
+  return r;
+}
+
+Error Coordinator::Impl::unexpected(Script s, const RedisReply& r) const {
+  std::string msg = "unexpected reply from Redis to script " + std::string(detail::script_name(s)) + ": " +
+                    r.describe() +
+                    (r.is_array() && !r.elements.empty() ? " starting " + r.elements[0].describe() : "");
+  log(CoordinatorLogLevel::error, msg);
+  return Error(ErrorCode::coordination_failed, msg);
+}
+
+// --- notices ------------------------------------------------------------------------
+
+void Coordinator::Impl::on_event(std::string_view payload) {
+  auto words = split_words(payload);
+  if (words.size() < 2) return;
+  const std::string& kind = words[0];
+  if (kind == "sync" || kind == "changed" || kind == "moved" || kind == "released") {
+    reconcile(words[1]);
+  }
+  // "left <member>": the next heartbeat's view shows it.
+}
+
+}  // namespace troupe::cluster
