@@ -3,8 +3,9 @@
 // Threads: the actor system's workers; the journal's; the cluster's
 // (transport io, coordinator); the admin server's io thread, which runs
 // every handler (handlers only read counters and answer at once, or start
-// an ask whose completion answers from another thread); and one sampler
-// thread that once a second turns running totals into the dashboard's
+// an ask whose completion answers from another thread); the rebalance
+// worker, started by the first POST /rebalance, which runs one rebalance at
+// a time; and one sampler thread that once a second turns running totals into the dashboard's
 // series and refreshes the cluster's shard map from Redis.
 
 #include "troupe/node/node.hpp"
@@ -26,6 +27,7 @@
 
 #include "dashboard/assets.hpp"
 #include "load_wire.hpp"
+#include "one_job_executor.hpp"
 #include "troupe/cluster/cluster_jobs.hpp"
 
 namespace troupe::node {
@@ -182,7 +184,7 @@ struct Node::Impl {
   bool stop_requested = false;
   bool sampler_stop = false;
   std::thread sampler;
-  std::vector<std::thread> rebalancers;  // under mu
+  detail::OneJobExecutor rebalancer;  // runs POST /rebalance, one at a time
 
   void push_point(std::deque<double>& d, double v) {
     d.push_back(v);
@@ -535,23 +537,27 @@ http::Router Node::Impl::routes() {
       for (const auto& t : types) names.push_back(t.type);
       names.insert(names.end(), job_queues.begin(), job_queues.end());
     }
-    // rebalance_all waits on Redis: off the io thread, on a thread the
-    // node joins before it stops the cluster.
-    std::lock_guard lk(mu);
-    rebalancers.emplace_back([c, names, out = std::move(out)]() mutable {
+    // rebalance_all waits on Redis: off the io thread, on the one worker
+    // the node joins before it stops the cluster. The Responder moves into
+    // the job only if the worker takes it; otherwise it answers here.
+    auto shared = std::make_shared<http::Responder>(std::move(out));
+    bool taken = rebalancer.try_run([c, names, shared] {
       json moves = json::array();
       for (const auto& type : names) {
         auto f = c->coordinator().rebalance_all(cluster::detail::shard_group(type));
         auto done = f.get();
         if (!done.ok()) {
-          out.respond(http::Response::error(503, std::string(to_string(done.error().code())), done.error().message()));
+          shared->respond(http::Response::error(503, std::string(to_string(done.error().code())), done.error().message()));
           return;
         }
         for (const auto& m : *done)
           moves.push_back({{"type", type}, {"shard", m.unit}, {"from", m.from}, {"to", m.to}, {"epoch", m.epoch}});
       }
-      out.respond(json_response(200, {{"moves", moves.size()}, {"moved", moves}}));
+      shared->respond(json_response(200, {{"moves", moves.size()}, {"moved", moves}}));
     });
+    if (!taken)
+      shared->respond(http::Response::error(
+          409, "rebalance_running", "a rebalance is already running on this node: try again when it has answered"));
   });
   r.add("POST", "/drain", [this](http::Request&, http::Responder out) {
     bool was = draining.exchange(true);
@@ -683,12 +689,7 @@ Node::~Node() {
   impl_->stop_cv.notify_all();
   if (impl_->sampler.joinable()) impl_->sampler.join();
   if (impl_->admin) impl_->admin->stop();
-  std::vector<std::thread> rebalancers;
-  {
-    std::lock_guard lk(impl_->mu);
-    rebalancers.swap(impl_->rebalancers);
-  }
-  for (auto& t : rebalancers) t.join();
+  impl_->rebalancer.stop();
   cluster_.reset();
   if (system_) system_->shutdown();
   {
