@@ -11,3 +11,8 @@ target_link_libraries(payment_gateway PRIVATE troupe::node troupe_warnings troup
 
 add_executable(payment_loadgen ${CMAKE_CURRENT_LIST_DIR}/loadgen_main.cpp)
 target_link_libraries(payment_loadgen PRIVATE troupe::node troupe_warnings troupe_cli)
+
+# The main demo (payment_demo, defined in the top-level CMakeLists.txt with
+# main.cpp): the parts main.cpp wires together.
+target_sources(payment_demo PRIVATE ${CMAKE_CURRENT_LIST_DIR}/demo_options.cpp ${CMAKE_CURRENT_LIST_DIR}/demo_service.cpp
+                                    ${CMAKE_CURRENT_LIST_DIR}/demo_checkout.cpp ${CMAKE_CURRENT_LIST_DIR}/demo_output.cpp)
