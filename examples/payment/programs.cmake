@@ -9,7 +9,8 @@ target_include_directories(payment_gateway SYSTEM PRIVATE ${ASIO_INCLUDE_DIR})
 target_compile_definitions(payment_gateway PRIVATE ASIO_STANDALONE ASIO_NO_DEPRECATED)
 target_link_libraries(payment_gateway PRIVATE troupe::node troupe_warnings troupe_cli)
 
-add_executable(payment_loadgen ${CMAKE_CURRENT_LIST_DIR}/loadgen_main.cpp)
+add_executable(payment_loadgen ${CMAKE_CURRENT_LIST_DIR}/loadgen_main.cpp ${CMAKE_CURRENT_LIST_DIR}/loadgen_driver.cpp
+                               ${CMAKE_CURRENT_LIST_DIR}/loadgen_report.cpp)
 target_link_libraries(payment_loadgen PRIVATE troupe::node troupe_warnings troupe_cli)
 
 # The main demo (payment_demo, defined in the top-level CMakeLists.txt with
