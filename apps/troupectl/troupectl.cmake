@@ -1,6 +1,6 @@
 # troupectl, the command line of a running node (doc/troupectl.md), and its
 # tests. Included from the top-level CMakeLists.txt after troupe_node.
-add_executable(troupectl apps/troupectl/main.cpp apps/troupectl/commands.cpp)
+add_executable(troupectl apps/troupectl/main.cpp apps/troupectl/commands.cpp apps/troupectl/views.cpp)
 target_link_libraries(troupectl PRIVATE troupe::node troupe_warnings troupe_cli)
 
 if(TROUPE_BUILD_TESTS)
@@ -9,7 +9,7 @@ if(TROUPE_BUILD_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)
   # The commands run in-process against a real node started by each test.
-  add_executable(troupectl_tests apps/troupectl/commands.cpp apps/troupectl/troupectl.test.cpp)
+  add_executable(troupectl_tests apps/troupectl/commands.cpp apps/troupectl/views.cpp apps/troupectl/troupectl.test.cpp)
   target_include_directories(troupectl_tests PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/apps/troupectl)
   target_link_libraries(troupectl_tests PRIVATE troupe::node troupe_warnings troupe_cli
                         GTest::gtest GTest::gtest_main)
