@@ -141,9 +141,7 @@ http::Router Node::Impl::routes() {
     resp.headers.emplace_back("Cache-Control", "no-cache");
     out.respond(std::move(resp));
   };
-  r.add("GET", "/", asset);
-  r.add("GET", "/app.js", asset);
-  r.add("GET", "/style.css", asset);
+  for (const auto& a : detail::dashboard_assets()) r.add("GET", std::string(a.path), asset);
   return r;
 }
 

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -421,6 +422,19 @@ TEST_F(NodeTest, TheDashboardIsServedFromTheBinary) {
   EXPECT_NE(page.body.find("app.js"), std::string::npos);
   EXPECT_EQ(call("GET", "/app.js").status, 200);
   EXPECT_EQ(call("GET", "/style.css").status, 200);
+  // app.js is a module: every script it imports (and they import) is served too.
+  std::vector<std::string> scripts{"app.js"};
+  for (std::size_t i = 0; i < scripts.size(); ++i) {
+    auto js = call("GET", "/" + scripts[i]);
+    ASSERT_EQ(js.status, 200) << scripts[i];
+    EXPECT_EQ(js.content_type.rfind("text/javascript", 0), 0u) << scripts[i];
+    for (std::size_t at = js.body.find("from \"./"); at != std::string::npos; at = js.body.find("from \"./", at + 1)) {
+      auto start = at + 8;
+      auto name = js.body.substr(start, js.body.find('"', start) - start);
+      if (std::find(scripts.begin(), scripts.end(), name) == scripts.end()) scripts.push_back(name);
+    }
+  }
+  EXPECT_GE(scripts.size(), 2u) << "app.js imports its parts";
 }
 
 TEST_F(NodeTest, DrainTurnsReadyOffAndStopsTheEntityTypes) {
