@@ -5,10 +5,9 @@
 // views.cpp.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace troupe::ctl::detail {
 

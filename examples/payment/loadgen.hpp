@@ -164,8 +164,7 @@ class LoadGen {
   void progress_loop();
 
   void print_progress(Steady::time_point now,
-                      const std::deque<std::pair<Steady::time_point, std::uint64_t>>& window,
-                      bool tty) const;
+                      const std::deque<std::pair<Steady::time_point, std::uint64_t>>& window, bool tty) const;
 
   // A few rows, one per power of two of milliseconds, bars scaled to the
   // fullest row.

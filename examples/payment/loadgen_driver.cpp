@@ -121,8 +121,7 @@ void LoadGen::on_payment(Steady::time_point scheduled, bool count, Result<Respon
   if (!r.ok()) {
     if (count) {
       t_.errors.fetch_add(1, std::memory_order_relaxed);
-      if (r.error().code() == ErrorCode::timeout)
-        t_.client_timeouts.fetch_add(1, std::memory_order_relaxed);
+      if (r.error().code() == ErrorCode::timeout) t_.client_timeouts.fetch_add(1, std::memory_order_relaxed);
       note_error("POST /payments: " + r.error().to_string());
     }
   } else if (r->status == 429) {
@@ -255,8 +254,8 @@ void LoadGen::progress_loop() {
 }
 
 void LoadGen::print_progress(Steady::time_point now,
-                    const std::deque<std::pair<Steady::time_point, std::uint64_t>>& window,
-                    bool tty) const {
+                             const std::deque<std::pair<Steady::time_point, std::uint64_t>>& window,
+                             bool tty) const {
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double total = o_.warmup_s + o_.duration_s;
   // With --payments alone the bar shows payments sent of those asked.
@@ -272,9 +271,9 @@ void LoadGen::print_progress(Steady::time_point now,
   char bar[32] = {};
   const int width = 20;
   const double frac =
-      by_count ? std::clamp(static_cast<double>(counted_sent_.load()) / static_cast<double>(o_.payments),
-                            0.0, 1.0)
-               : std::clamp(total > 0 ? elapsed / total : 0.0, 0.0, 1.0);
+      by_count
+          ? std::clamp(static_cast<double>(counted_sent_.load()) / static_cast<double>(o_.payments), 0.0, 1.0)
+          : std::clamp(total > 0 ? elapsed / total : 0.0, 0.0, 1.0);
   for (int i = 0; i < width; ++i) bar[i] = i < static_cast<int>(frac * width) ? '#' : '-';
   char line[320];
   char when[48];
@@ -285,8 +284,8 @@ void LoadGen::print_progress(Steady::time_point now,
     std::snprintf(when, sizeof when, "%6.1f/%gs", elapsed, total);
   std::snprintf(
       line, sizeof line,
-      "%s [%s] %7.0f/s  ok %llu  failed %llu  timed out %llu  refused %llu  errors %llu  p99 %.1f ms%s",
-      when, bar, rate, v(t_.completed), failed, v(t_.timed_out), v(t_.refused), v(t_.errors), p99,
+      "%s [%s] %7.0f/s  ok %llu  failed %llu  timed out %llu  refused %llu  errors %llu  p99 %.1f ms%s", when,
+      bar, rate, v(t_.completed), failed, v(t_.timed_out), v(t_.refused), v(t_.errors), p99,
       now < measure_from_ ? "  (warm-up)" : "");
   if (tty)
     std::fprintf(stderr, "\r%s\033[K", line);

@@ -38,7 +38,7 @@ class OneJobExecutor {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  Job job_;           // offered, not yet taken by the worker
+  Job job_;            // offered, not yet taken by the worker
   bool busy_ = false;  // a job is offered or running
   bool stopping_ = false;
   std::thread worker_;  // started by the first job
