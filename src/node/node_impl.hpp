@@ -123,8 +123,8 @@ struct Node::Impl {
   std::vector<std::pair<std::string, Result<void>>> check_health() const;
   void run_sampler();
 
-  http::Router routes();                   // admin_routes.cpp
-  void collect(MetricsWriter& w) const;    // node_metrics.cpp
+  http::Router routes();                 // admin_routes.cpp
+  void collect(MetricsWriter& w) const;  // node_metrics.cpp
 };
 
 }  // namespace troupe::node
