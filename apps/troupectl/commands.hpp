@@ -1,7 +1,8 @@
 #pragma once
 // troupectl's commands: ask a running node's admin HTTP API, print what it
 // answered as aligned tables (or as JSON for scripts). main.cpp only hands
-// argv to run_command_line(); everything else lives here so the tests can
+// argv to run_command_line(); everything else lives in commands.cpp (the
+// requests and the commands) and views.cpp (the tables), so the tests can
 // drive the tool in-process against a real node (doc/troupectl.md).
 //
 //   troupe::ctl::Options o;

@@ -1,5 +1,5 @@
 // troupectl: the command line of a running troupe node (doc/troupectl.md).
-// Everything but the process boundary lives in commands.cpp.
+// Everything but the process boundary lives in commands.cpp and views.cpp.
 
 #include <iostream>
 

@@ -7,11 +7,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <string>
 #include <thread>
@@ -420,6 +422,19 @@ TEST_F(NodeTest, TheDashboardIsServedFromTheBinary) {
   EXPECT_NE(page.body.find("app.js"), std::string::npos);
   EXPECT_EQ(call("GET", "/app.js").status, 200);
   EXPECT_EQ(call("GET", "/style.css").status, 200);
+  // app.js is a module: every script it imports (and they import) is served too.
+  std::vector<std::string> scripts{"app.js"};
+  for (std::size_t i = 0; i < scripts.size(); ++i) {
+    auto js = call("GET", "/" + scripts[i]);
+    ASSERT_EQ(js.status, 200) << scripts[i];
+    EXPECT_EQ(js.content_type.rfind("text/javascript", 0), 0u) << scripts[i];
+    for (std::size_t at = js.body.find("from \"./"); at != std::string::npos; at = js.body.find("from \"./", at + 1)) {
+      auto start = at + 8;
+      auto name = js.body.substr(start, js.body.find('"', start) - start);
+      if (std::find(scripts.begin(), scripts.end(), name) == scripts.end()) scripts.push_back(name);
+    }
+  }
+  EXPECT_GE(scripts.size(), 2u) << "app.js imports its parts";
 }
 
 TEST_F(NodeTest, DrainTurnsReadyOffAndStopsTheEntityTypes) {
@@ -583,6 +598,90 @@ TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
   }
   n2.reset();
   n1.reset();
+}
+
+// A node that takes POST /rebalance on while Redis holds writes back (CLIENT
+// PAUSE): the request waits on Redis in the rebalance worker. Whichever of
+// two concurrent requests the node takes first, the other is answered 409
+// at once, and no thread is started for it.
+struct HeldRebalance {
+  explicit HeldRebalance(const std::string& name) : scratch(name), redis(scratch.redis.port()) {
+    auto n = Node::start(scratch.config("r1"));
+    EXPECT_TRUE(n.ok()) << n.error().to_string();
+    if (!n.ok()) return;
+    node = std::move(*n);
+    // Something to rebalance: an entity type's shard group.
+    troupe::node::EntityTypeOptions<Tally> opts;
+    opts.type = "tally";
+    opts.events = tally_codecs();
+    opts.commands = tally_commands();
+    auto t = node->serve_entities<Tally>(std::move(opts));
+    EXPECT_TRUE(t.ok()) << t.error().to_string();
+    if (t.ok()) tallies.emplace(std::move(*t));
+  }
+  // A test that stops half way still lets the node leave the cluster.
+  ~HeldRebalance() {
+    try {
+      release();
+    } catch (const std::exception&) {
+      // Redis is gone: the node's stop finds out on its own.
+    }
+  }
+  HeldRebalance(const HeldRebalance&) = delete;
+  HeldRebalance& operator=(const HeldRebalance&) = delete;
+
+  // Redis postpones every script (the rebalance is one) until release().
+  void hold() { redis.cmd({"CLIENT", "PAUSE", "60000", "WRITE"}); }
+  void release() { redis.cmd({"CLIENT", "UNPAUSE"}); }
+
+  ClusterScratch scratch;
+  troupe::test::RedisTestClient redis;
+  std::unique_ptr<Node> node;
+  std::optional<troupe::node::Entities<Tally>> tallies;  // goes before its node
+};
+
+TEST(NodeCluster, ASecondRebalanceWhileOneWaitsOnRedisGets409) {
+  HeldRebalance h("troupe-node-rebalance-busy");
+  ASSERT_TRUE(h.node);
+  auto port = h.node->admin_port();
+  h.hold();
+  auto post = [port] { return admin_call(port, "POST", "/rebalance"); };
+  auto a = std::async(std::launch::async, post);
+  auto b = std::async(std::launch::async, post);
+  // The one the node refused answers at once; the one it runs cannot
+  // answer while Redis holds its script.
+  std::future<std::pair<int, json>>* refused = nullptr;
+  std::future<std::pair<int, json>>* running = nullptr;
+  ASSERT_TRUE(eventually([&] {
+    if (a.wait_for(0s) == std::future_status::ready) refused = &a, running = &b;
+    if (b.wait_for(0s) == std::future_status::ready) refused = &b, running = &a;
+    return refused != nullptr;
+  }));
+  EXPECT_EQ(running->wait_for(200ms), std::future_status::timeout) << "the running rebalance waits on Redis";
+  auto [status, body] = refused->get();
+  EXPECT_EQ(status, 409) << body.dump();
+  EXPECT_EQ(body["error"]["code"], "rebalance_running") << body.dump();
+  EXPECT_FALSE(body["error"]["message"].get<std::string>().empty());
+  h.release();
+  auto [done_status, done] = running->get();
+  EXPECT_EQ(done_status, 200) << done.dump();
+  EXPECT_EQ(done["moves"], 0) << "one member holds every shard already: " << done.dump();
+}
+
+TEST(NodeCluster, ARebalanceAfterTheLastOneAnsweredRunsAgain) {
+  HeldRebalance h("troupe-node-rebalance-again");
+  ASSERT_TRUE(h.node);
+  auto port = h.node->admin_port();
+  h.hold();
+  auto first = std::async(std::launch::async, [port] { return admin_call(port, "POST", "/rebalance"); });
+  EXPECT_EQ(first.wait_for(200ms), std::future_status::timeout) << "the rebalance waits on Redis";
+  h.release();
+  EXPECT_EQ(first.get().first, 200);
+  for (int i = 0; i < 3; ++i) {
+    auto [status, body] = admin_call(port, "POST", "/rebalance");
+    EXPECT_EQ(status, 200) << "rebalance " << i + 2 << ": " << body.dump();
+    EXPECT_EQ(body["moves"], 0) << body.dump();
+  }
 }
 
 // Issue 22 in a cluster: start_jobs on every node of one shared journal
