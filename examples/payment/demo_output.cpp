@@ -72,7 +72,10 @@ std::uint64_t expected_events(const payment::PaymentState& s) {
     case Phase::failed:
       return 2;  // SettlementAccepted + the outcome
     case Phase::cancelled:
-      return s.refunded > 0 ? 3 : 1;
+      // A completed payment cancelled: its settlement's two, PaymentCancelled
+      // and what the refund queue said (RefundQueued or RefundNotQueued).
+      // One never settled: PaymentCancelled alone.
+      return s.refunded > 0 ? 4 : 1;
     case Phase::waiting_for_request:
     case Phase::settling:
       break;
