@@ -229,12 +229,7 @@ void Transport::set_peer(std::string node_id, std::string host, std::uint16_t po
 }
 void Transport::remove_peer(std::string_view node_id) { impl_->remove_peer(node_id); }
 
-Result<void> Transport::send(std::string_view to, std::uint32_t type, std::string_view payload) {
-  return impl_->send(to, type, payload);
-}
-Result<void> Transport::send_encoded(std::string_view to, std::string_view frames) {
-  return impl_->send_encoded(to, frames);
-}
+// send() and send_encoded() are in transport_send.cpp, beside what they call.
 
 bool Transport::connected(std::string_view node) const { return impl_->connected(node); }
 std::vector<PeerStatus> Transport::peers() const { return impl_->peers(); }

@@ -112,6 +112,10 @@ struct StringHash {
   std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };
 
+struct Peer;
+// The address book: node id -> Peer, looked up by string_view.
+using PeerMap = std::unordered_map<std::string, std::shared_ptr<Peer>, StringHash, std::equal_to<>>;
+
 struct Counters {
   std::atomic<std::uint64_t> frames_sent{0}, bytes_sent{0}, frames_received{0}, bytes_received{0};
   std::atomic<std::uint64_t> write_batches{0}, direct_writes{0}, reads{0};
@@ -252,8 +256,6 @@ class Transport::Impl {
 
   Result<void> enqueue(std::string_view to, std::size_t bytes, std::uint64_t frames,
                        const std::function<void(std::string&)>& append);
-  bool queued(Peer& p, std::uint64_t frames) noexcept;
-  bool write_direct(Peer& p, std::uint64_t frames) noexcept;
 
   // io thread
   void accept();
@@ -299,7 +301,7 @@ class Transport::Impl {
   std::mutex stop_mu_;
 
   mutable std::shared_mutex peers_mu_;
-  std::unordered_map<std::string, PeerPtr, tcp::StringHash, std::equal_to<>> peers_;
+  tcp::PeerMap peers_;
 
   std::unordered_set<ConnPtr> live_;  // io thread: connections not yet closed
   std::mt19937_64 rng_;                   // io thread: back-off jitter

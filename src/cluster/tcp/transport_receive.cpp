@@ -38,40 +38,14 @@ void Transport::Impl::on_keepalive(const ConnPtr& c) {
   arm(c, s_.keepalive_interval, &Impl::on_keepalive);
 }
 
-void Transport::Impl::start_read(const ConnPtr& c) {
-  std::span<char> room = c->decoder.prepare(kReadMinFree);
-  c->socket.async_read_some(asio::buffer(room.data(), room.size()),
-                            [this, c](const std::error_code& ec, std::size_t n) { on_read(c, ec, n); });
-}
-
-void Transport::Impl::on_read(const ConnPtr& c, const std::error_code& ec, std::size_t n) {
-  if (c->state == Connection::State::closed || stopped_.load()) return;
-  if (ec) {
-    if (ec == asio::error::eof) {
-      if (c->decoder.buffered() > 0) {
-        close(c, "stream ended inside a frame (" + std::to_string(c->decoder.buffered()) + " bytes of it received)",
-              Bad::truncated);
-      } else {
-        close(c, "closed by the peer");
-      }
-    } else {
-      close(c, "read failed: " + ec.message());
-    }
-    return;
-  }
-  bump(c_.reads);
-  bump(c_.bytes_received, n);
-  c->decoder.commit(n);
-  c->got_input = true;
-  // Before the handler runs: what it delivers may be answered at once, from
-  // this thread or another.
-  allow_direct(c);
-  if (deliver(c)) start_read(c);
-}
+// allow_direct() and deliver() run on every read, called only by on_read():
+// inline, defined before it, deliver() always, so that both are compiled
+// into it (the compiler would not inline deliver(), large and of external
+// linkage, on its own).
 
 // Input arrived: if nothing of ours is on its way out, the next send() may
 // write to the socket itself (see transport_send.cpp).
-void Transport::Impl::allow_direct(const ConnPtr& c) {
+inline void Transport::Impl::allow_direct(const ConnPtr& c) {
   if (c->state != Connection::State::established || c->writing || !c->control.empty()) return;
   Peer& p = *c->peer;
   std::lock_guard pl(p.mu);
@@ -80,7 +54,7 @@ void Transport::Impl::allow_direct(const ConnPtr& c) {
 
 // Decodes and handles every complete frame read so far. False when the
 // connection was closed or the transport stopped meanwhile.
-bool Transport::Impl::deliver(const ConnPtr& c) {
+[[gnu::always_inline]] inline bool Transport::Impl::deliver(const ConnPtr& c) {
   Frame f;
   std::uint64_t delivered = 0;
   bool pong = false;
@@ -135,6 +109,37 @@ bool Transport::Impl::deliver(const ConnPtr& c) {
   }
   if (pong) start_write(c);
   return true;
+}
+
+void Transport::Impl::start_read(const ConnPtr& c) {
+  std::span<char> room = c->decoder.prepare(kReadMinFree);
+  c->socket.async_read_some(asio::buffer(room.data(), room.size()),
+                            [this, c](const std::error_code& ec, std::size_t n) { on_read(c, ec, n); });
+}
+
+void Transport::Impl::on_read(const ConnPtr& c, const std::error_code& ec, std::size_t n) {
+  if (c->state == Connection::State::closed || stopped_.load()) return;
+  if (ec) {
+    if (ec == asio::error::eof) {
+      if (c->decoder.buffered() > 0) {
+        close(c, "stream ended inside a frame (" + std::to_string(c->decoder.buffered()) + " bytes of it received)",
+              Bad::truncated);
+      } else {
+        close(c, "closed by the peer");
+      }
+    } else {
+      close(c, "read failed: " + ec.message());
+    }
+    return;
+  }
+  bump(c_.reads);
+  bump(c_.bytes_received, n);
+  c->decoder.commit(n);
+  c->got_input = true;
+  // Before the handler runs: what it delivers may be answered at once, from
+  // this thread or another.
+  allow_direct(c);
+  if (deliver(c)) start_read(c);
 }
 
 }  // namespace troupe::cluster

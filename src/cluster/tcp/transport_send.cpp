@@ -21,6 +21,7 @@
 // `pending` (`partial_rest` bytes) and wakes the io thread, which writes
 // that rest before anything else, control frames included; if the
 // connection closes first, the rest is dropped with it, since its start
+// went out on that connection.
 
 #include "transport_impl.hpp"  // first: it includes Asio first
 
@@ -34,6 +35,83 @@ namespace {
 // A write buffer larger than this is released after its write instead of
 // being kept for the next batch.
 constexpr std::size_t kKeepWriteCapacity = 4u << 20;
+
+using tcp::Counters;
+using tcp::Peer;
+using tcp::PeerMap;
+
+// The helpers of send() below are free functions of this file, not members
+// of Impl, and shaped for the compiler: what runs per frame is inlined into
+// send(), what builds a refusal stays out of its way. Internal linkage lets
+// the compiler inline a function into its few callers; the address book's
+// lookup, a library template of external linkage since its types are shared
+// between files, is inlined whole by `flatten`.
+
+[[gnu::flatten]] PeerMap::iterator find_peer(PeerMap& peers, std::string_view node) { return peers.find(node); }
+
+[[gnu::cold]] [[gnu::noinline]] Error stopped_error(const std::string& node) {
+  return Error(ErrorCode::shutting_down, "transport of node '" + node + "' is stopped");
+}
+
+[[gnu::cold]] [[gnu::noinline]] Error too_large_error(std::size_t payload, std::size_t max_frame_bytes) {
+  return Error(ErrorCode::invalid_argument, "a " + std::to_string(payload) + "-byte payload exceeds max_frame_bytes " +
+                                                std::to_string(max_frame_bytes) + " with its 6-byte header");
+}
+
+// With p.mu held and p.direct set: p.pending holds exactly the `frames` just
+// appended (direct implies it was empty). Writes what the socket takes now,
+// without blocking; whatever it does not take (a full socket buffer, or an
+// error the io thread's write will meet and close the connection for) stays
+// at the head of `pending` for the io thread. True when it must be woken.
+bool write_direct(Counters& c, Peer& p, std::uint64_t frames) noexcept {
+  // One direct write per arrival: the next send() queues, so a stream of
+  // sends is batched by the io thread.
+  p.direct = false;
+  const ssize_t n = ::send(p.direct_fd, p.pending.data(), p.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(p.pending.size())) {
+    bump(c.write_batches);
+    bump(c.direct_writes);
+    bump(c.bytes_sent, p.pending.size());
+    bump(c.frames_sent, frames);
+    p.pending.clear();
+    p.pending_frames = 0;
+    return false;
+  }
+  if (n > 0) {
+    // Frames the socket took whole are sent; the rest of the one it cut
+    // must be the next bytes on this connection.
+    const auto written = static_cast<std::size_t>(n);
+    std::size_t whole_end = 0;
+    std::uint64_t whole = 0;
+    for (;;) {
+      const std::size_t end = whole_end + tcp::encoded_frame_size(p.pending.data() + whole_end);
+      if (end > written) {
+        p.partial_rest = end - written;
+        break;
+      }
+      whole_end = end;
+      ++whole;
+      if (whole_end == written) break;
+    }
+    bump(c.bytes_sent, written);
+    bump(c.frames_sent, whole);
+    p.pending_frames -= whole;
+    p.pending.erase(0, written);
+  }
+  p.flush_owed = true;
+  return true;
+}
+
+// With p.mu held, after `frames` frames were appended to p.pending: writes
+// them at once if the connection allows a direct write, else leaves them for
+// the io thread. True when the io thread must be woken to flush.
+bool queued(Counters& c, Peer& p, std::uint64_t frames) noexcept {
+  p.pending_frames += frames;
+  if (p.direct) return write_direct(c, p, frames);
+  const bool post = p.ready && !p.flush_owed;
+  if (post) p.flush_owed = true;
+  return post;
+}
 
 }  // namespace
 
@@ -58,7 +136,7 @@ Result<void> Transport::Impl::enqueue(std::string_view to, std::size_t bytes, st
     fits = bytes <= s_.max_outbound_bytes && held <= s_.max_outbound_bytes - bytes;
     if (fits) {
       append(p.pending);
-      post = queued(p, frames);
+      post = queued(c_, p, frames);
     }
   }
   if (!fits) {
@@ -73,76 +151,19 @@ Result<void> Transport::Impl::enqueue(std::string_view to, std::size_t bytes, st
   return {};
 }
 
-// With p.mu held, after `frames` frames were appended to p.pending: writes
-// them at once if the connection allows a direct write, else leaves them for
-// the io thread. True when the io thread must be woken to flush.
-bool Transport::Impl::queued(Peer& p, std::uint64_t frames) noexcept {
-  p.pending_frames += frames;
-  if (p.direct) return write_direct(p, frames);
-  const bool post = p.ready && !p.flush_owed;
-  if (post) p.flush_owed = true;
-  return post;
-}
-
-// With p.mu held and p.direct set: p.pending holds exactly the `frames` just
-// appended (direct implies it was empty). Writes what the socket takes now,
-// without blocking; whatever it does not take (a full socket buffer, or an
-// error the io thread's write will meet and close the connection for) stays
-// at the head of `pending` for the io thread. True when it must be woken.
-bool Transport::Impl::write_direct(Peer& p, std::uint64_t frames) noexcept {
-  // One direct write per arrival: the next send() queues, so a stream of
-  // sends is batched by the io thread.
-  p.direct = false;
-  const ssize_t n = ::send(p.direct_fd, p.pending.data(), p.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-  if (n == static_cast<ssize_t>(p.pending.size())) {
-    bump(c_.write_batches);
-    bump(c_.direct_writes);
-    bump(c_.bytes_sent, p.pending.size());
-    bump(c_.frames_sent, frames);
-    p.pending.clear();
-    p.pending_frames = 0;
-    return false;
-  }
-  if (n > 0) {
-    // Frames the socket took whole are sent; the rest of the one it cut
-    // must be the next bytes on this connection.
-    const auto written = static_cast<std::size_t>(n);
-    std::size_t whole_end = 0;
-    std::uint64_t whole = 0;
-    for (;;) {
-      const std::size_t end = whole_end + tcp::encoded_frame_size(p.pending.data() + whole_end);
-      if (end > written) {
-        p.partial_rest = end - written;
-        break;
-      }
-      whole_end = end;
-      ++whole;
-      if (whole_end == written) break;
-    }
-    bump(c_.bytes_sent, written);
-    bump(c_.frames_sent, whole);
-    p.pending_frames -= whole;
-    p.pending.erase(0, written);
-  }
-  p.flush_owed = true;
-  return true;
-}
-
 Result<void> Transport::Impl::send(std::string_view to, std::uint32_t type, std::string_view payload) {
   if (stopped_.load(std::memory_order_relaxed))
-    return Error(ErrorCode::shutting_down, "transport of node '" + s_.node_id + "' is stopped");
+    return stopped_error(s_.node_id);
   const std::size_t bytes = data_frame_size(payload.size());
   if (bytes - frame_length_bytes > s_.max_frame_bytes) {
     bump(c_.refused_too_large);
-    return Error(ErrorCode::invalid_argument, "a " + std::to_string(payload.size()) +
-                                                  "-byte payload exceeds max_frame_bytes " +
-                                                  std::to_string(s_.max_frame_bytes) + " with its 6-byte header");
+    return too_large_error(payload.size(), s_.max_frame_bytes);
   }
   // The common case inline: a std::function per frame (enqueue) would cost
   // an indirect call. Refusals take the slow path, which builds the error.
   {
     std::shared_lock lk(peers_mu_);
-    auto it = peers_.find(to);
+    auto it = find_peer(peers_, to);
     if (it != peers_.end()) {
       Peer& p = *it->second;
       bool fits;
@@ -153,7 +174,7 @@ Result<void> Transport::Impl::send(std::string_view to, std::uint32_t type, std:
         fits = bytes <= s_.max_outbound_bytes && held <= s_.max_outbound_bytes - bytes;
         if (fits) {
           append_data_frame(p.pending, type, payload);
-          post = queued(p, 1);
+          post = queued(c_, p, 1);
         }
       }
       if (fits) {
@@ -165,9 +186,18 @@ Result<void> Transport::Impl::send(std::string_view to, std::uint32_t type, std:
   return enqueue(to, bytes, 1, [&](std::string& out) { append_data_frame(out, type, payload); });
 }
 
+// In this file rather than with the rest of the facade (transport.cpp), so
+// that the per-message call can be inlined into it.
+Result<void> Transport::send(std::string_view to, std::uint32_t type, std::string_view payload) {
+  return impl_->send(to, type, payload);
+}
+Result<void> Transport::send_encoded(std::string_view to, std::string_view frames) {
+  return impl_->send_encoded(to, frames);
+}
+
 Result<void> Transport::Impl::send_encoded(std::string_view to, std::string_view frames) {
   if (stopped_.load(std::memory_order_relaxed))
-    return Error(ErrorCode::shutting_down, "transport of node '" + s_.node_id + "' is stopped");
+    return stopped_error(s_.node_id);
   std::size_t count = 0;
   std::string why;
   if (!tcp::count_data_frames(frames, s_.max_frame_bytes, count, why)) {
