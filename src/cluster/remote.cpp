@@ -178,7 +178,7 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
       case RemoteKind::entity_ask:
         return dispatch(from, e);
       case RemoteKind::reply:
-        if (e.error) return complete(e.req, Result<std::string_view>(std::move(*e.error)));
+        if (e.failed) return complete(e.req, Result<std::string_view>(Error(e.code, std::string(e.message))));
         return complete(e.req, Result<std::string_view>(e.body));
       case RemoteKind::shard_control: {
         ControlHandler h;

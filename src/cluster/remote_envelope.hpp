@@ -17,7 +17,7 @@
 
 namespace troupe::cluster::detail {
 
-// One frame's envelope. Views into the payload it was parsed from.
+// One frame's envelope: views into the payload it was parsed from.
 struct Envelope {
   RemoteKind kind{};
   // Asks and replies: the asking node's request id.
@@ -32,8 +32,10 @@ struct Envelope {
   // follows the region's name (the region parses it). A reply with status
   // 0: the answer's bytes. Control: the whole payload.
   std::string_view body;
-  // A reply with status 1: the error the asker gets.
-  std::optional<Error> error;
+  // A reply with status 1: the error the asker gets, its code and message.
+  bool failed = false;
+  ErrorCode code = ErrorCode::ok;
+  std::string_view message;
 };
 
 // Reads the envelope of a DATA frame of `type`. Errors, all protocol_error
@@ -42,7 +44,9 @@ struct Envelope {
 // header"); a reply that ends inside its request id or status, or has a
 // status other than 0 or 1 ("malformed reply"), or an error reply that ends
 // inside its code or message ("malformed error reply").
-inline Result<Envelope> parse_envelope(std::uint32_t type, std::string_view payload) {
+// Always inlined into its caller, as it was written there before it was a
+// function of its own.
+[[gnu::always_inline]] inline Result<Envelope> parse_envelope(std::uint32_t type, std::string_view payload) {
   Envelope e;
   e.kind = static_cast<RemoteKind>(type);
   ByteReader r(payload);
@@ -54,7 +58,7 @@ inline Result<Envelope> parse_envelope(std::uint32_t type, std::string_view payl
       [[fallthrough]];
     case RemoteKind::actor_tell:
     case RemoteKind::entity_tell: {
-      // The name as a view (ByteReader::str would copy it): u32 length, bytes.
+      // Strings as views (ByteReader::str would copy them): u32 length, bytes.
       const std::uint32_t n = r.u32();
       if (r.failed() || r.remaining() < n) return header_ends();
       const std::size_t at = payload.size() - r.remaining();
@@ -77,10 +81,11 @@ inline Result<Envelope> parse_envelope(std::uint32_t type, std::string_view payl
         e.body = payload.substr(payload.size() - r.remaining());
         return e;
       }
-      const auto code = static_cast<ErrorCode>(r.u32());
-      std::string message = r.str();
-      if (r.failed()) return Error(ErrorCode::protocol_error, "malformed error reply");
-      e.error = Error(code, std::move(message));
+      e.code = static_cast<ErrorCode>(r.u32());
+      const std::uint32_t n = r.u32();
+      if (r.failed() || r.remaining() < n) return Error(ErrorCode::protocol_error, "malformed error reply");
+      e.failed = true;
+      e.message = payload.substr(payload.size() - r.remaining(), n);
       return e;
     }
     case RemoteKind::shard_control:

@@ -173,7 +173,7 @@ void remote_envelope(std::string_view body) {
     case RemoteKind::actor_ask:
     case RemoteKind::entity_tell:
     case RemoteKind::entity_ask: {
-      check(!e.error);
+      check(!e.failed);
       if (ask) w.u64(e.req);
       w.str(e.name);
       const bool actor = kind == RemoteKind::actor_tell || kind == RemoteKind::actor_ask;
@@ -192,17 +192,17 @@ void remote_envelope(std::string_view body) {
     case RemoteKind::reply:
       check(e.name.empty() && !e.msg_id);
       w.u64(e.req);
-      if (!e.error) {
+      if (!e.failed) {
         w.u8(0).bytes().append(e.body);
         check(w.bytes() == payload);
         return;
       }
-      check(e.body.empty());
-      w.u8(1).u32(static_cast<std::uint32_t>(e.error->code())).str(e.error->message());
+      check(e.body.empty() && inside(e.message));
+      w.u8(1).u32(static_cast<std::uint32_t>(e.code)).str(e.message);
       check(payload.substr(0, w.bytes().size()) == w.bytes());
       return;
     case RemoteKind::shard_control:
-      check(e.name.empty() && !e.msg_id && !e.error && e.body.data() == payload.data() && e.body.size() == payload.size());
+      check(e.name.empty() && !e.msg_id && !e.failed && e.body.data() == payload.data() && e.body.size() == payload.size());
       return;
   }
   check(false);
