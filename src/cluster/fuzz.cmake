@@ -5,8 +5,10 @@
 # wire_codecs_fuzz: the message codecs troupe registers, those of the
 # cluster lock (sharding/cluster_lock_wire.hpp), the cluster job service
 # (sharding/cluster_jobs_wire.hpp) and the node's load report
-# (src/node/load_wire.hpp), on arbitrary bytes, under ASan and UBSan; links
-# troupe::core for the reply targets. wire_fuzz_seeds writes its seeds.
+# (src/node/load_wire.hpp), and the envelope of the remoting frames that
+# carry them (remote_envelope.hpp), on arbitrary bytes, under ASan and
+# UBSan; links troupe::core for the reply targets. wire_fuzz_seeds writes
+# its seeds.
 
 troupe_add_fuzz(wire_codecs_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/wire_codecs_fuzz.cpp

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "remote_envelope.hpp"
 #include "troupe/cluster/node_id.hpp"
 #include "troupe/cluster/transport.hpp"
 
@@ -167,31 +168,27 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
 
   // Called on a transport thread for every data frame.
   void on_frame(std::string_view from, std::uint32_t type, std::string_view payload) {
-    ByteReader r(payload);
-    auto kind = static_cast<RemoteKind>(type);
-    switch (kind) {
+    auto parsed = parse_envelope(type, payload);
+    if (!parsed.ok()) return refuse(from, static_cast<RemoteKind>(type), payload, parsed.error());
+    Envelope& e = parsed.value();
+    switch (e.kind) {
       case RemoteKind::actor_tell:
       case RemoteKind::entity_tell:
-        return dispatch(from, kind, r, payload, 0, false);
       case RemoteKind::actor_ask:
-      case RemoteKind::entity_ask: {
-        std::uint64_t req = r.u64();
-        return dispatch(from, kind, r, payload, req, true);
-      }
+      case RemoteKind::entity_ask:
+        return dispatch(from, e);
       case RemoteKind::reply:
-        return on_reply(from, r, payload);
+        if (e.failed) return complete(e.req, Result<std::string_view>(Error(e.code, std::string(e.message))));
+        return complete(e.req, Result<std::string_view>(e.body));
       case RemoteKind::shard_control: {
         ControlHandler h;
         {
           std::shared_lock lk(inbox_mu_);
           h = control_;
         }
-        if (h) h(from, payload);
+        if (h) h(from, e.body);
         return;
       }
-      default:
-        log("frame of unknown kind " + std::to_string(type) + " from node '" + std::string(from) + "' ignored");
-        return;
     }
   }
 
@@ -250,53 +247,46 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
     };
   }
 
-  void dispatch(std::string_view from, RemoteKind kind, ByteReader& r, std::string_view payload, std::uint64_t req,
-                bool ask) {
-    std::string name = r.str();
-    if (r.failed()) return bad_frame(from, "frame ends inside its header", ask, req);
+  void dispatch(std::string_view from, Envelope& e) {
+    const bool ask = e.kind == RemoteKind::actor_ask || e.kind == RemoteKind::entity_ask;
     std::optional<ReplySink> sink;
-    if (ask) sink.emplace(sink_for(from, req));
-    auto inbox = find(name);
+    if (ask) sink.emplace(sink_for(from, e.req));
+    auto inbox = find(e.name);
     if (!inbox) {
-      if (sink) (*sink)(ReplyBytes(Error(ErrorCode::dead_letter, "nothing is published as '" + name + "' on node '" + node_id + "'")));
+      if (sink) (*sink)(ReplyBytes(Error(ErrorCode::dead_letter, "nothing is published as '" + std::string(e.name) + "' on node '" + node_id + "'")));
       return;
     }
-    std::size_t at = payload.size() - r.remaining();
     Result<void> done;
-    if (kind == RemoteKind::actor_tell || kind == RemoteKind::actor_ask) {
-      std::uint32_t msg_id = r.u32();
-      if (r.failed()) return bad_frame(from, "frame ends inside its header", ask, req);
-      done = inbox->deliver(from, msg_id, payload.substr(at + 4), std::move(sink));
+    if (e.kind == RemoteKind::actor_tell || e.kind == RemoteKind::actor_ask) {
+      if (!e.msg_id) return bad_frame(from, "frame ends inside its header", ask, e.req);
+      done = inbox->deliver(from, *e.msg_id, e.body, std::move(sink));
     } else {
-      done = inbox->deliver_entity(from, payload.substr(at), std::move(sink));
+      done = inbox->deliver_entity(from, e.body, std::move(sink));
     }
-    if (!done.ok()) log("message for '" + name + "' from node '" + std::string(from) + "' dropped: " + done.error().message());
+    if (!done.ok())
+      log("message for '" + std::string(e.name) + "' from node '" + std::string(from) + "' dropped: " + done.error().message());
+  }
+
+  // A frame whose envelope does not parse: logged and dropped; an ask is
+  // answered with the reason.
+  void refuse(std::string_view from, RemoteKind kind, std::string_view payload, const Error& why) {
+    switch (kind) {
+      case RemoteKind::actor_tell:
+      case RemoteKind::entity_tell:
+        return bad_frame(from, why.message(), false, 0);
+      case RemoteKind::actor_ask:
+      case RemoteKind::entity_ask:
+        return bad_frame(from, why.message(), true, ask_request_id(payload));
+      case RemoteKind::reply:
+        return log(why.message() + " from node '" + std::string(from) + "' dropped");
+      default:
+        return log(why.message() + " from node '" + std::string(from) + "' ignored");
+    }
   }
 
   void bad_frame(std::string_view from, std::string_view why, bool ask, std::uint64_t req) {
     log("frame from node '" + std::string(from) + "' dropped: " + std::string(why));
     if (ask) sink_for(from, req)(ReplyBytes(Error(ErrorCode::protocol_error, std::string(why))));
-  }
-
-  void on_reply(std::string_view from, ByteReader& r, std::string_view payload) {
-    std::uint64_t req = r.u64();
-    std::uint8_t status = r.u8();
-    if (r.failed() || status > 1) {
-      log("malformed reply from node '" + std::string(from) + "' dropped");
-      return;
-    }
-    if (status == 0) {
-      // The rest of the frame is the reply's bytes.
-      complete(req, Result<std::string_view>(payload.substr(payload.size() - r.remaining())));
-      return;
-    }
-    auto code = static_cast<ErrorCode>(r.u32());
-    std::string message = r.str();
-    if (r.failed()) {
-      log("malformed error reply from node '" + std::string(from) + "' dropped");
-      return;
-    }
-    complete(req, Result<std::string_view>(Error(code, std::move(message))));
   }
 
   ActorRef<Continuation> runner_;

@@ -211,5 +211,61 @@ TEST_F(Remote, ContinuationsOfAnswersRunInTheOrderTheAnswersArrived) {
   for (std::uint64_t i = 0; i < kAsks; ++i) EXPECT_EQ(seen->order[i], i);
 }
 
+// What a node answers a peer whose asks are malformed, seen from a bare
+// transport "c" that writes the frames itself: each ask is answered with
+// the error at the request id it carries, a name nothing is published under
+// before a missing message id, and the node goes on serving.
+// proves: X1
+TEST_F(Remote, MalformedAsksAreAnsweredWithTheReasonAndTheNodeGoesOnServing) {
+  std::mutex mu;
+  std::vector<std::string> replies;
+  TransportSettings ts;
+  ts.node_id = "c";
+  auto c = Transport::start(std::move(ts), [&](std::string_view, std::uint32_t type, std::string_view payload) {
+    if (type != static_cast<std::uint32_t>(detail::RemoteKind::reply)) return;
+    std::lock_guard lk(mu);
+    replies.emplace_back(payload);
+  });
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  (*c)->set_peer("b", "127.0.0.1", b_.remoting->port());
+  b_.remoting->set_peer("c", "127.0.0.1", (*c)->port());
+  auto ask = [&](ByteWriter w) {
+    ASSERT_TRUE((*c)->send("b", static_cast<std::uint32_t>(detail::RemoteKind::actor_ask), w.bytes()).ok());
+  };
+  ByteWriter name_cut;
+  name_cut.u64(77).u32(40).bytes().append("ech");
+  ask(std::move(name_cut));
+  ByteWriter unpublished;
+  unpublished.u64(78).str("nobody").u8(1);
+  ask(std::move(unpublished));
+  ByteWriter id_cut;
+  id_cut.u64(79).str("echo").u8(1).u8(2);
+  ask(std::move(id_cut));
+  ByteWriter good;
+  good.u64(80).str("echo").u32(message_id("test.Echo")).u64(5);
+  ask(std::move(good));
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lk(mu);
+    return replies.size() == 4;
+  }));
+  std::lock_guard lk(mu);
+  auto error_reply = [&](const std::string& bytes, std::uint64_t req, ErrorCode code, std::string_view message) {
+    ByteReader r(bytes);
+    EXPECT_EQ(r.u64(), req);
+    EXPECT_EQ(r.u8(), 1);
+    EXPECT_EQ(static_cast<ErrorCode>(r.u32()), code);
+    EXPECT_NE(r.str().find(message), std::string::npos);
+    EXPECT_FALSE(r.failed());
+  };
+  error_reply(replies[0], 77, ErrorCode::protocol_error, "frame ends inside its header");
+  error_reply(replies[1], 78, ErrorCode::dead_letter, "nothing is published as 'nobody'");
+  error_reply(replies[2], 79, ErrorCode::protocol_error, "frame ends inside its header");
+  ByteReader answer(replies[3]);
+  EXPECT_EQ(answer.u64(), 80u);
+  EXPECT_EQ(answer.u8(), 0);
+  EXPECT_EQ(answer.u64(), 5u);
+  EXPECT_TRUE(answer.finish(0).ok());
+}
+
 }  // namespace
 }  // namespace troupe::cluster

@@ -1,6 +1,7 @@
 // libFuzzer target for the message codecs troupe registers (scripts/fuzz
 // runs it): the cluster lock's messages, the cluster job service's job and
-// answer, and the node's load report, as a peer could send them.
+// answer, and the node's load report, as a peer could send them; and the
+// envelope of the remoting frames that carry them (remote_envelope.hpp).
 //
 // Input: the first byte picks a message type (wire_fuzz_table.hpp), the
 // rest is its encoded body. The body is decoded through the MessageCodecs
@@ -15,7 +16,11 @@
 //     outcome, which drops its text, and a load report's draining flag
 //     other than 0 or 1): nothing is lost or invented;
 //   - a decoded request whose reply target is answered sends back bytes
-//     that the asker's side decodes to the same answer.
+//     that the asker's side decodes to the same answer;
+//   - an envelope that parses points into its frame and, written again
+//     field by field as doc/wire.md lays it out, gives the frame back
+//     (what follows an error reply's message aside); one that does not is
+//     protocol_error, and only a kind that has a header to cut short fails.
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +30,7 @@
 #include <string_view>
 
 #include "../node/load_wire.hpp"
+#include "remote_envelope.hpp"
 #include "sharding/cluster_jobs_wire.hpp"
 #include "sharding/cluster_lock_wire.hpp"
 #include "wire_fuzz_table.hpp"
@@ -36,7 +42,9 @@ using troupe::ErrorCode;
 using troupe::cluster::message_id;
 using troupe::cluster::ReplyBytes;
 using troupe::cluster::ReplySink;
+using troupe::cluster::detail::Envelope;
 using troupe::cluster::detail::RemoteAnswer;
+using troupe::cluster::detail::RemoteKind;
 using troupe::cluster::detail::RemoteJob;
 using troupe::cluster::fuzz::kWireNames;
 using troupe::cluster::fuzz::WireKind;
@@ -137,6 +145,69 @@ void job_answer(std::string_view body) {
   check(back.ok() && same(*back, *a));
 }
 
+// Input: a byte of DATA frame type, then the frame's payload.
+void remote_envelope(std::string_view body) {
+  const std::uint32_t type = body.empty() ? 0 : static_cast<std::uint8_t>(body[0]);
+  const std::string_view payload = body.substr(body.empty() ? 0 : 1);
+  const auto kind = static_cast<RemoteKind>(type);
+  const bool known = type >= static_cast<std::uint32_t>(RemoteKind::actor_tell) &&
+                     type <= static_cast<std::uint32_t>(RemoteKind::shard_control);
+  auto parsed = troupe::cluster::detail::parse_envelope(type, payload);
+  if (!parsed.ok()) {
+    check(parsed.error().code() == ErrorCode::protocol_error && !parsed.error().message().empty());
+    check(kind != RemoteKind::shard_control);
+    return;
+  }
+  check(known);
+  const Envelope& e = parsed.value();
+  check(e.kind == kind);
+  auto inside = [&](std::string_view v) {
+    return v.empty() || (v.data() >= payload.data() && v.data() + v.size() <= payload.data() + payload.size());
+  };
+  check(inside(e.name) && inside(e.body));
+  const bool ask = kind == RemoteKind::actor_ask || kind == RemoteKind::entity_ask;
+  if (ask || kind == RemoteKind::reply) check(troupe::cluster::detail::ask_request_id(payload) == e.req);
+  ByteWriter w;
+  switch (kind) {
+    case RemoteKind::actor_tell:
+    case RemoteKind::actor_ask:
+    case RemoteKind::entity_tell:
+    case RemoteKind::entity_ask: {
+      check(!e.failed);
+      if (ask) w.u64(e.req);
+      w.str(e.name);
+      const bool actor = kind == RemoteKind::actor_tell || kind == RemoteKind::actor_ask;
+      if (!actor) check(!e.msg_id);
+      if (actor && !e.msg_id) {
+        // The frame ends at or inside the message id: at most three bytes after the name.
+        check(e.body.empty() && payload.size() >= w.bytes().size() && payload.size() - w.bytes().size() < 4 &&
+              payload.substr(0, w.bytes().size()) == w.bytes());
+        return;
+      }
+      if (e.msg_id) w.u32(*e.msg_id);
+      w.bytes().append(e.body);
+      check(w.bytes() == payload);
+      return;
+    }
+    case RemoteKind::reply:
+      check(e.name.empty() && !e.msg_id);
+      w.u64(e.req);
+      if (!e.failed) {
+        w.u8(0).bytes().append(e.body);
+        check(w.bytes() == payload);
+        return;
+      }
+      check(e.body.empty() && inside(e.message));
+      w.u8(1).u32(static_cast<std::uint32_t>(e.code)).str(e.message);
+      check(payload.substr(0, w.bytes().size()) == w.bytes());
+      return;
+    case RemoteKind::shard_control:
+      check(e.name.empty() && !e.msg_id && !e.failed && e.body.data() == payload.data() && e.body.size() == payload.size());
+      return;
+  }
+  check(false);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -161,6 +232,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       if (load_codecs().name_of(id).empty()) check(!load_codecs().decode(id, rest, nullptr).ok());
       break;
     }
+    case WireKind::remote_envelope:
+      remote_envelope(body);
+      break;
     case WireKind::node_load: {
       // The draining flag is a u64 read as "not 0": only 0 and 1 come back.
       std::uint64_t flag = 0;

@@ -1,8 +1,9 @@
 // Writes the seed corpus of wire_codecs_fuzz: real encodings of every
 // message type it decodes, each behind the byte that picks its type
-// (wire_fuzz_table.hpp). Usage: wire_fuzz_seeds <dir>. The seeds in
-// src/cluster/wire_fuzz_corpus were written by it; run it again after a
-// layout changes.
+// (wire_fuzz_table.hpp), and remoting frames of every kind (doc/wire.md).
+// Usage: wire_fuzz_seeds <dir>. The seeds in src/cluster/wire_fuzz_corpus
+// were written by it; run it again after a layout changes. Inputs a fuzz
+// run once failed on are kept beside them, under names of their own.
 
 #include <cstdio>
 #include <fstream>
@@ -11,6 +12,7 @@
 
 #include "../node/load_wire.hpp"
 #include "sharding/cluster_jobs_wire.hpp"
+#include "troupe/cluster/remote.hpp"
 #include "sharding/cluster_lock_wire.hpp"
 #include "wire_fuzz_table.hpp"
 
@@ -115,5 +117,46 @@ int main(int argc, char** argv) {
   ByteWriter stranger;
   stranger.u32(0xdeadbeef).str("whatever");
   write("unknown_id", WireKind::unknown_id, stranger.take());
+
+  // Remoting frames: a byte of DATA frame type (a RemoteKind), the payload.
+  auto frame = [](detail::RemoteKind kind, ByteWriter w) {
+    return std::string(1, static_cast<char>(kind)) + w.take();
+  };
+  using K = detail::RemoteKind;
+  const std::string acquire = encode<lw::Wire>(lock, lw::Acquire{7, 3, "orders/42"});
+  ByteWriter w;
+  w.str("lock/accounts").u32(message_id("troupe.lock.Acquire")).bytes().append(acquire);
+  write("envelope_actor_tell", WireKind::remote_envelope, frame(K::actor_tell, std::move(w)));
+  w = {};
+  w.u64(42).str("jobs/mail").u32(message_id("troupe.jobs.Job")).bytes().append(encode(jobs, job));
+  write("envelope_actor_ask", WireKind::remote_envelope, frame(K::actor_ask, std::move(w)));
+  w = {};
+  w.str("lock/accounts").u8(0x12).u8(0x34);
+  write("envelope_actor_tell_cut_in_id", WireKind::remote_envelope, frame(K::actor_tell, std::move(w)));
+  w = {};
+  w.u64(42).u32(20).bytes().append("lock/");
+  write("envelope_actor_ask_cut_in_name", WireKind::remote_envelope, frame(K::actor_ask, std::move(w)));
+  // An entity frame: the region's name, then what the region reads itself.
+  w = {};
+  w.str("region/account").u32(17).u8(0).str("acct-42").u32(message_id("Deposit")).u64(100);
+  write("envelope_entity_tell", WireKind::remote_envelope, frame(K::entity_tell, std::move(w)));
+  w = {};
+  w.u64(43).str("region/account").u32(17).u8(1).str("acct-42").u32(message_id("Balance"));
+  write("envelope_entity_ask", WireKind::remote_envelope, frame(K::entity_ask, std::move(w)));
+  w = {};
+  w.u64(42).u8(0).u64(1250);
+  write("envelope_reply", WireKind::remote_envelope, frame(K::reply, std::move(w)));
+  w = {};
+  w.u64(42).u8(1).u32(static_cast<std::uint32_t>(troupe::ErrorCode::dead_letter)).str("nothing is published as 'jobs/mail' on node 'node-2'");
+  write("envelope_reply_error", WireKind::remote_envelope, frame(K::reply, std::move(w)));
+  w = {};
+  w.u64(42).u8(2);
+  write("envelope_reply_bad_status", WireKind::remote_envelope, frame(K::reply, std::move(w)));
+  w = {};
+  w.bytes() = "leaving";
+  write("envelope_control", WireKind::remote_envelope, frame(K::shard_control, std::move(w)));
+  w = {};
+  w.str("lock/accounts").u32(0);
+  write("envelope_unknown_kind", WireKind::remote_envelope, frame(static_cast<K>(9), std::move(w)));
   return 0;
 }
