@@ -1,4 +1,4 @@
-// The node's admin API (doc/admin-api.md): the routes the admin server
+// The node's admin API (doc/node.md, "Admin API"): the routes the admin server
 // serves, from /health and /metrics to POST /rebalance and the dashboard's
 // files. Handlers run on the server's io thread and answer at once, or
 // answer later from an ask's completion or the rebalance worker.

@@ -1,6 +1,6 @@
 // The node's /metrics families: the actor system, the entity types, the
 // journal, locks, process managers, job services, watched services and the
-// cluster, each labelled with the node's id (doc/metrics.md).
+// cluster, each labelled with the node's id (doc/node.md, "Metrics").
 
 #include <map>
 
