@@ -25,7 +25,12 @@ using Duration = std::chrono::nanoseconds;
 using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
 using WallTime = std::chrono::time_point<std::chrono::system_clock, Duration>;
 
-using namespace std::chrono_literals;  // NOLINT: 10ms, 5s read best in user code
+// Duration literals (10ms, 5s), for code that opts in with
+// `using namespace troupe::literals;`. troupe's headers do not bring any
+// namespace into the user's.
+namespace literals {
+using namespace std::chrono_literals;
+}  // namespace literals
 
 // `now + d`, clamped: a negative `d` gives `now`, an overflow gives
 // TimePoint::max() (a deadline that never comes).
