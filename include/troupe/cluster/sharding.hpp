@@ -122,48 +122,11 @@ class ShardRegion {
                                    ShardDirectory& directory, ShardRegionSettings settings,
                                    EventCodecs<Event> event_codecs, MessageCodecs<Command> codecs, Factory factory = {},
                                    std::optional<StateCodec<State>> snapshots = std::nullopt) {
-    const std::string type = settings.entity.type_name;
-    if (auto ok = detail::check_region(settings, {.message_codecs = !codecs.empty(),
-                                                  .journal = journal != nullptr,
-                                                  .event_codecs = !event_codecs.empty(),
-                                                  .state_codec = snapshots.has_value(),
-                                                  .can_build_behaviour = factory || std::is_default_constructible_v<B>});
-        !ok.ok()) {
-      return std::move(ok).error();
-    }
-
-    auto core = std::make_shared<detail::RegionCore<B>>();
-    core->system = &system;
-    core->journal = std::move(journal);
-    core->remoting = &remoting;
-    core->directory = &directory;
-    core->settings = std::move(settings);
-    core->event_codecs = std::move(event_codecs);
-    core->codecs = std::move(codecs);
-    core->factory = std::move(factory);
-    core->snapshots = std::move(snapshots);
-    core->inbox_name = "region/" + type;
-    core->shards = std::make_unique<typename detail::RegionCore<B>::Shard[]>(core->settings.shard_count);
-
-    auto published = remoting.add_inbox(core->inbox_name, std::make_shared<detail::RegionInbox<B>>(core));
-    if (!published.ok()) return std::move(published).error();
-    std::weak_ptr<detail::RegionCore<B>> w = core;
-    ShardDirectory::Host host;
-    host.start = [w](std::uint32_t s, std::uint64_t e) {
-      if (auto c = w.lock()) c->start_shard(s, e);
-    };
-    host.stop = [w](std::uint32_t s, std::uint64_t e, bool immediate) {
-      if (auto c = w.lock()) c->stop_shard(s, e, immediate);
-    };
-    host.node_left = [w](std::string_view n) {
-      if (auto c = w.lock()) c->node_left(n);
-    };
-    auto attached = directory.attach(type, core->settings.shard_count, std::move(host));
-    if (!attached.ok()) {
-      (void)remoting.unpublish(core->inbox_name);
-      return std::move(attached).error();
-    }
-    return ShardRegion(std::move(core));
+    auto core = detail::open_region<B>(system, std::move(journal), remoting, directory, std::move(settings),
+                                       std::move(event_codecs), std::move(codecs), std::move(factory),
+                                       std::move(snapshots));
+    if (!core.ok()) return std::move(core).error();
+    return ShardRegion(std::move(core).value());
   }
 
   // Sends `cmd` to entity `id` wherever it lives. Errors: invalid_argument
@@ -202,24 +165,7 @@ class ShardRegion {
   // timeout if entities still run after it. In a cluster, leave the
   // cluster first (Cluster::leave): that hands the shards to other nodes;
   // this only stops what is still here.
-  Result<void> stop(Duration bound = Duration::zero()) const {
-    core_->stop_all();
-    Duration b = bound;
-    if (b <= Duration::zero())
-      b = core_->settings.entity.stop_timeout > Duration::zero() ? core_->settings.entity.stop_timeout
-                                                                 : std::chrono::seconds(31);
-    auto until = std::chrono::steady_clock::now() + b;
-    while (!core_->all_stopped()) {
-      if (std::chrono::steady_clock::now() >= until) {
-        return Error(ErrorCode::timeout, "entity type '" + core_->settings.entity.type_name + "': shards still stopping after " +
-                                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(b).count()) + " ms");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    core_->directory->detach(core_->settings.entity.type_name);
-    (void)core_->remoting->unpublish(core_->inbox_name);
-    return {};
-  }
+  Result<void> stop(Duration bound = Duration::zero()) const { return core_->stop(bound); }
 
   ShardRegionStats stats() const { return core_->stats(); }
   // Entities of the shards hosted on this node in a processing episode now,

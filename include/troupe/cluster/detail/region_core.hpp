@@ -196,6 +196,9 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
 
   // --- shards hosted on this node (region_hosting.hpp) -----------------------
 
+  // Stops the shards hosted here, waits up to `bound` for them, detaches
+  // and unpublishes (ShardRegion::stop).
+  Result<void> stop(Duration bound);
   void start_shard(std::uint32_t s, std::uint64_t epoch);
   void open_host(Shard& sh, std::uint32_t s, std::uint64_t epoch);
   void stop_shard(std::uint32_t s, std::uint64_t epoch, bool immediate);

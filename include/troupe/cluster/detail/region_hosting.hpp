@@ -6,6 +6,7 @@
 // Members of RegionCore (region_core.hpp).
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -13,14 +14,89 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "troupe/cluster/detail/region_core.hpp"
+#include "troupe/cluster/detail/region_routing.hpp"
 #include "troupe/persist/entity.hpp"
 #include "troupe/persist/fenced_journal.hpp"
 
 namespace troupe::cluster::detail {
+
+// Builds a region, publishes its inbox and attaches it to the directory
+// (ShardRegion::start).
+template <class B, class Core = RegionCore<B>>
+Result<std::shared_ptr<Core>> open_region(ActorSystem& system, std::shared_ptr<Journal> journal, Remoting& remoting,
+                                          ShardDirectory& directory, ShardRegionSettings settings,
+                                          EventCodecs<typename Core::Event> event_codecs,
+                                          MessageCodecs<typename Core::Command> codecs, typename Core::Factory factory,
+                                          std::optional<StateCodec<typename Core::State>> snapshots) {
+  const std::string type = settings.entity.type_name;
+  if (auto ok = check_region(settings, {.message_codecs = !codecs.empty(),
+                                        .journal = journal != nullptr,
+                                        .event_codecs = !event_codecs.empty(),
+                                        .state_codec = snapshots.has_value(),
+                                        .can_build_behaviour = factory || std::is_default_constructible_v<B>});
+      !ok.ok()) {
+    return std::move(ok).error();
+  }
+
+  auto core = std::make_shared<Core>();
+  core->system = &system;
+  core->journal = std::move(journal);
+  core->remoting = &remoting;
+  core->directory = &directory;
+  core->settings = std::move(settings);
+  core->event_codecs = std::move(event_codecs);
+  core->codecs = std::move(codecs);
+  core->factory = std::move(factory);
+  core->snapshots = std::move(snapshots);
+  core->inbox_name = "region/" + type;
+  core->shards = std::make_unique<typename Core::Shard[]>(core->settings.shard_count);
+
+  auto published = remoting.add_inbox(core->inbox_name, std::make_shared<RegionInbox<B>>(core));
+  if (!published.ok()) return std::move(published).error();
+  std::weak_ptr<Core> w = core;
+  ShardDirectory::Host host;
+  host.start = [w](std::uint32_t s, std::uint64_t e) {
+    if (auto c = w.lock()) c->start_shard(s, e);
+  };
+  host.stop = [w](std::uint32_t s, std::uint64_t e, bool immediate) {
+    if (auto c = w.lock()) c->stop_shard(s, e, immediate);
+  };
+  host.node_left = [w](std::string_view n) {
+    if (auto c = w.lock()) c->node_left(n);
+  };
+  auto attached = directory.attach(type, core->settings.shard_count, std::move(host));
+  if (!attached.ok()) {
+    (void)remoting.unpublish(core->inbox_name);
+    return std::move(attached).error();
+  }
+  return core;
+}
+
+template <class B>
+Result<void> RegionCore<B>::stop(Duration bound) {
+  stop_all();
+  Duration b = bound;
+  if (b <= Duration::zero())
+    b = settings.entity.stop_timeout > Duration::zero() ? settings.entity.stop_timeout : std::chrono::seconds(31);
+  auto until = std::chrono::steady_clock::now() + b;
+  while (!all_stopped()) {
+    if (std::chrono::steady_clock::now() >= until) {
+      return Error(ErrorCode::timeout, "entity type '" + settings.entity.type_name + "': shards still stopping after " +
+                                           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(b).count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  directory->detach(settings.entity.type_name);
+  (void)remoting->unpublish(inbox_name);
+  return {};
+}
 
 template <class B>
 void RegionCore<B>::start_shard(std::uint32_t s, std::uint64_t epoch) {
