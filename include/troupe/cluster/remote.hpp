@@ -40,6 +40,7 @@
 #include <string_view>
 #include <utility>
 
+#include "troupe/cluster/detail/remote_inbox.hpp"
 #include "troupe/cluster/messages.hpp"
 #include "troupe/core/actor.hpp"
 #include "troupe/core/actor_system.hpp"
@@ -48,58 +49,6 @@
 namespace troupe::cluster {
 
 class Transport;
-
-namespace detail {
-
-// What arrives for one published actor or one shard region. Implemented by
-// the templates below; called on a transport thread, must not block.
-class Inbox {
- public:
-  virtual ~Inbox() = default;
-  // `sink` is set for an ask: the decoded request's reply target sends the
-  // answer back through it. An error (bytes that do not decode) is logged
-  // by the caller with the sending node; the sink, if any, was answered.
-  virtual Result<void> deliver(std::string_view from, std::uint32_t msg_id, std::string_view bytes,
-                               std::optional<ReplySink> sink) = 0;
-  // Frames of the entity kinds: `rest` is everything after the inbox name.
-  virtual Result<void> deliver_entity(std::string_view /*from*/, std::string_view /*rest*/,
-                                      std::optional<ReplySink> /*sink*/) {
-    return Error(ErrorCode::protocol_error, "an entity frame for an inbox that is not a shard region");
-  }
-};
-
-// The shared part of Remoting: the transport, the published inboxes and the
-// asks waiting for their replies. Thread-safe.
-class RemotingCore;
-
-// Frame kinds of the remoting layer inside a transport DATA frame (the
-// transport's message type); doc/wire.md.
-enum class RemoteKind : std::uint32_t {
-  actor_tell = 1,
-  actor_ask = 2,
-  reply = 3,
-  entity_tell = 4,
-  entity_ask = 5,
-  shard_control = 6,
-};
-
-// Starts a frame: kind-specific header written by the caller, then the
-// message id and its bytes.
-Result<void> send_frame(RemotingCore& core, std::string_view node, RemoteKind kind, std::string_view frame);
-// Registers a pending ask; the frame must start with the returned request
-// id (u64). Errors: shutting_down.
-std::uint64_t add_pending(RemotingCore& core, std::string_view node, PendingReply reply, Duration timeout);
-void fail_pending(RemotingCore& core, std::uint64_t req, Error e);
-// True on the thread that completes the pending asks of a node whose
-// connection was lost or that left the cluster, while it does: the
-// `unreachable` error such an ask's reply function gets means "out on the
-// wire when the owner went away" (handled or not), not an error the remote
-// node answered. Shard regions re-send idempotent asks on it.
-bool completing_lost_requests() noexcept;
-ByteWriter& scratch_writer();
-ActorSystem& system_of(RemotingCore& core);
-
-}  // namespace detail
 
 // A reference to an actor published on another node. Copyable and cheap;
 // thread-safe. Holds the remoting layer alive while it exists (tells after
@@ -217,27 +166,8 @@ class Remoting {
   // the name is taken or empty.
   template <class M>
   Result<void> publish(std::string name, ActorRef<M> ref, MessageCodecs<M> codecs) {
-    class ActorInbox final : public detail::Inbox {
-     public:
-      ActorInbox(ActorRef<M> r, MessageCodecs<M> c) : ref_(std::move(r)), codecs_(std::move(c)) {}
-      Result<void> deliver(std::string_view, std::uint32_t msg_id, std::string_view bytes,
-                           std::optional<ReplySink> sink) override {
-        auto m = codecs_.decode(msg_id, bytes, sink ? &*sink : nullptr);
-        if (!m.ok()) {
-          if (sink) (*sink)(ReplyBytes(m.error()));
-          return std::move(m).error();
-        }
-        // A refused request is answered no_reply as its reply target is
-        // dropped with the message.
-        (void)ref_.tell(std::move(m.value()));
-        return {};
-      }
-     private:
-      ActorRef<M> ref_;
-      MessageCodecs<M> codecs_;
-    };
     if (!ref) return Error(ErrorCode::invalid_argument, "publish '" + name + "': empty actor reference");
-    auto inbox = std::make_shared<ActorInbox>(std::move(ref), std::move(codecs));
+    auto inbox = std::make_shared<detail::ActorInbox<M>>(std::move(ref), std::move(codecs));
     return add_inbox(std::move(name), std::move(inbox));
   }
   Result<void> unpublish(std::string_view name);
