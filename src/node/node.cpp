@@ -90,15 +90,9 @@ class MeteredJournal final : public ForwardingJournal {
   }
   // Group commits of the back end, when it reports them: {transactions, events}.
   std::optional<std::pair<std::uint64_t, std::uint64_t>> commits() const {
-    if (auto* s = dynamic_cast<SqliteJournal*>(&inner())) {
-      auto st = s->stats();
-      return std::pair{st.transactions, st.events_written};
-    }
-    if (auto* p = dynamic_cast<PostgresJournal*>(&inner())) {
-      auto st = p->stats();
-      return std::pair{st.transactions, st.events_written};
-    }
-    return std::nullopt;
+    const JournalStats st = journal_stats();
+    if (!st.transactions || !st.events_written) return std::nullopt;
+    return std::pair{*st.transactions, *st.events_written};
   }
   const Meters& meters() const noexcept { return *meters_; }
 

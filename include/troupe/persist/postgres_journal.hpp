@@ -102,6 +102,8 @@ class PostgresJournal final : public Journal {
     std::uint64_t reconnects = 0;    // successful connections after the first, all connections
   };
   Stats stats() const;
+  // transactions and events_written of stats().
+  JournalStats journal_stats() const override;
   // The incarnation open() took as `owner`; 0 without an owner.
   std::uint64_t owner_incarnation() const noexcept;
 

@@ -79,6 +79,8 @@ class SqliteJournal final : public Journal {
     std::uint64_t append_failures = 0;
   };
   Stats stats() const;
+  // transactions and events_written of stats().
+  JournalStats journal_stats() const override;
 
   class Impl;
 

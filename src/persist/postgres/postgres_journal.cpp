@@ -443,6 +443,11 @@ void PostgresJournal::highest_fence(Callback<std::uint64_t> done) {
 
 PostgresJournal::Stats PostgresJournal::stats() const { return impl_->core->stats(); }
 
+JournalStats PostgresJournal::journal_stats() const {
+  const Stats s = stats();
+  return {s.transactions, s.events_written};
+}
+
 std::uint64_t PostgresJournal::owner_incarnation() const noexcept { return impl_->core->owner_incarnation(); }
 
 }  // namespace troupe

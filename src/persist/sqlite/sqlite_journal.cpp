@@ -1001,4 +1001,9 @@ void SqliteJournal::highest_fence(Callback<std::uint64_t> done) {
 
 SqliteJournal::Stats SqliteJournal::stats() const { return impl_->core->stats(); }
 
+JournalStats SqliteJournal::journal_stats() const {
+  const Stats s = stats();
+  return {s.transactions, s.events_written};
+}
+
 }  // namespace troupe
