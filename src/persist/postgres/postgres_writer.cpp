@@ -178,7 +178,7 @@ void Writer::take_hints() {
   }
 }
 
-Result<std::vector<Writer::Highest>> Writer::read_highest(const std::vector<std::string>& ids, bool& lost) {
+Result<std::vector<detail::StoredHighest>> Writer::read_highest(const std::vector<std::string>& ids, bool& lost) {
   ArrayParam a(kByteaOid);
   a.start(ids.size());
   for (const auto& id : ids) a.bytes(id);
@@ -194,7 +194,7 @@ Result<std::vector<Writer::Highest>> Writer::read_highest(const std::vector<std:
     return Error(ErrorCode::journal_failed, "postgres journal: read the highest seq: " +
                                                 std::to_string(PQntuples(r)) + " rows for " +
                                                 std::to_string(ids.size()) + " ids");
-  std::vector<Highest> out(ids.size());
+  std::vector<detail::StoredHighest> out(ids.size());
   for (int row = 0; row < PQntuples(r); ++row) {
     std::uint64_t* values[] = {&out[static_cast<std::size_t>(row)].max_seq,
                                &out[static_cast<std::size_t>(row)].deleted_to};
@@ -213,7 +213,8 @@ Result<std::vector<Writer::Highest>> Writer::read_highest(const std::vector<std:
   return out;
 }
 
-void Writer::commit(std::span<JournalWrite> ops, std::span<Result<void>> results) {
+detail::Committed Writer::commit(std::span<JournalWrite> ops, std::span<Result<void>> results) {
+  committed_ = {};
   const auto deadline = Clock::now() + std::chrono::milliseconds(shared_.options.unavailable_timeout_ms);
   take_hints();
   enum class Route : std::uint8_t { done, group, slow, fence };
@@ -247,7 +248,7 @@ void Writer::commit(std::span<JournalWrite> ops, std::span<Result<void>> results
     }
   }
   if (!unknown.empty()) {
-    Result<std::vector<Highest>> read = Error(ErrorCode::journal_failed, "not read");
+    Result<std::vector<detail::StoredHighest>> read = Error(ErrorCode::journal_failed, "not read");
     std::string why;
     for (;;) {
       if (!ensure_connected(deadline, why)) {
@@ -324,6 +325,7 @@ void Writer::commit(std::span<JournalWrite> ops, std::span<Result<void>> results
     else if (*r > ops[i].value)
       results[i] = fence_lowered(ops[i].key(), ops[i].value, *r);
   }
+  return committed_;
 }
 
 Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::vector<std::size_t>& group,
@@ -372,8 +374,7 @@ Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::ve
     }
     Outcome o = run_pipeline(conn_.get(), calls);
     if (o.ok) {
-      shared_.transactions.fetch_add(1, std::memory_order_relaxed);
-      shared_.events_written.fetch_add(events, std::memory_order_relaxed);
+      count_commit(events);
       return GroupEnd::committed;
     }
     if (!o.lost) return GroupEnd::rolled_back;
@@ -382,8 +383,7 @@ Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::ve
     drop_connection();
     std::optional<bool> stored = appends.empty() ? std::nullopt : verify(*appends.front(), deadline);
     if (stored == true) {
-      shared_.transactions.fetch_add(1, std::memory_order_relaxed);
-      shared_.events_written.fetch_add(events, std::memory_order_relaxed);
+      count_commit(events);
       return GroupEnd::committed;
     }
     if (stored == false && Clock::now() < deadline) continue;  // nothing stored: send it again
@@ -464,8 +464,7 @@ void Writer::commit_slow(std::span<JournalWrite> ops, const std::vector<std::siz
       }
       return;
     }
-    shared_.transactions.fetch_add(1, std::memory_order_relaxed);
-    shared_.events_written.fetch_add(written, std::memory_order_relaxed);
+    count_commit(written);
     for (std::size_t i : slow) {
       if (ops[i].kind != Kind::append) continue;
       if (results[i].ok())
@@ -537,12 +536,7 @@ Result<void> Writer::slow_append(AppendBatch& batch, bool& lost) {
   if (!h) return std::move(h).error();
   const std::uint64_t highest = h->front().value();
   const std::uint64_t first = batch.events.front().seq;
-  if (first <= highest)
-    return Error(ErrorCode::journal_conflict, printable(id) + " already holds sequence number " +
-                                                  std::to_string(first) + ": another writer appended it");
-  if (first != highest + 1)
-    return Error(ErrorCode::journal_conflict, "append to " + printable(id) + " at " + std::to_string(first) +
-                                                  " would leave a gap after " + std::to_string(highest));
+  if (auto c = detail::check_continues(printable(id), first, highest); !c) return c;
   std::vector<const AppendBatch*> one{&batch};
   if (auto f = fence_check(shared_.options.schema, one)) {
     Outcome o = run_prepared(conn_.get(), Sql::kCheckFences, *f);

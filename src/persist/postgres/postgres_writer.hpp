@@ -37,8 +37,6 @@ struct Shared {
   // incarnation); value 0 when there is no owner.
   Fence owner;
 
-  std::atomic<std::uint64_t> transactions{0};
-  std::atomic<std::uint64_t> events_written{0};
   std::atomic<std::uint64_t> reconnects{0};
 };
 
@@ -49,7 +47,7 @@ class Writer final : public detail::JournalLane {
   // The first connection, made by open().
   Result<void> connect_now();
 
-  void commit(std::span<detail::JournalWrite> ops, std::span<Result<void>> results) override;
+  detail::Committed commit(std::span<detail::JournalWrite> ops, std::span<Result<void>> results) override;
 
   // The highest seq a reader saw stored for `id`: saves the lane a read
   // before the id's next append. Any thread.
@@ -61,16 +59,12 @@ class Writer final : public detail::JournalLane {
 
  private:
   enum class GroupEnd { committed, rolled_back, failed };
-  struct Highest {
-    std::uint64_t max_seq = 0, deleted_to = 0;
-    std::uint64_t value() const { return std::max(max_seq, deleted_to); }
-  };
 
   bool ensure_connected(Clock::time_point deadline, std::string& why);
   void drop_connection() { conn_.reset(); }
   void take_hints();
   void forget() { highest_.clear(); }
-  Result<std::vector<Highest>> read_highest(const std::vector<std::string>& ids, bool& lost);
+  Result<std::vector<detail::StoredHighest>> read_highest(const std::vector<std::string>& ids, bool& lost);
   GroupEnd commit_group(std::span<detail::JournalWrite> ops, const std::vector<std::size_t>& group,
                         Clock::time_point deadline, Error& error);
   void commit_slow(std::span<detail::JournalWrite> ops, const std::vector<std::size_t>& slow,
@@ -81,8 +75,15 @@ class Writer final : public detail::JournalLane {
   Result<void> slow_append(AppendBatch& batch, bool& lost);
   std::optional<bool> verify(const AppendBatch& batch, Clock::time_point deadline);
 
+  // A transaction of `events` appended events committed.
+  void count_commit(std::uint64_t events) {
+    ++committed_.transactions;
+    committed_.events += events;
+  }
+
   Shared& shared_;
   PgConn conn_;
+  detail::Committed committed_;  // by the commit() under way
   int backoff_ms_ = 0;
   Clock::time_point next_attempt_{};
   std::string last_connect_error_;
