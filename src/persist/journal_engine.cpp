@@ -300,4 +300,8 @@ void GroupCommitJournal::highest_fence(Callback<std::uint64_t> done) { engine_->
 
 JournalStats GroupCommitJournal::journal_stats() const { return engine_->stats(); }
 
+GroupCommitJournal::Stats GroupCommitJournal::stats() const {
+  return {engine_->transactions(), engine_->events_written(), engine_->append_failures()};
+}
+
 }  // namespace troupe::detail

@@ -82,12 +82,9 @@ class PostgresJournal final : public detail::GroupCommitJournal {
   // The Journal operations: detail/group_commit_journal.hpp.
   std::string_view name() const noexcept override { return "postgres"; }
 
-  // Counters for metrics and tests (monotonic, thread-safe).
-  struct Stats {
-    std::uint64_t transactions = 0;  // write transactions committed
-    std::uint64_t events_written = 0;
-    std::uint64_t append_failures = 0;
-    std::uint64_t reconnects = 0;    // successful connections after the first, all connections
+  // The counters of every group-commit journal, and the reconnects.
+  struct Stats : GroupCommitJournal::Stats {
+    std::uint64_t reconnects = 0;  // successful connections after the first, all connections
   };
   Stats stats() const;
   // The incarnation open() took as `owner`; 0 without an owner.

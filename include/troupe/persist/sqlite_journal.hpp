@@ -57,16 +57,8 @@ class SqliteJournal final : public detail::GroupCommitJournal {
   // another process), invalid_argument for unusable options.
   static Result<std::shared_ptr<SqliteJournal>> open(SqliteJournalOptions options);
 
-  // The Journal operations: detail/group_commit_journal.hpp.
+  // The Journal operations and stats(): detail/group_commit_journal.hpp.
   std::string_view name() const noexcept override { return "sqlite"; }
-
-  // Counters for metrics and benchmarks (monotonic, thread-safe).
-  struct Stats {
-    std::uint64_t transactions = 0;  // write transactions committed
-    std::uint64_t events_written = 0;
-    std::uint64_t append_failures = 0;
-  };
-  Stats stats() const;
 
  private:
   explicit SqliteJournal(std::shared_ptr<detail::JournalEngine> engine);

@@ -313,8 +313,7 @@ PostgresJournal::PostgresJournal(std::shared_ptr<Impl> impl)
     : GroupCommitJournal(std::shared_ptr<detail::JournalEngine>(impl, &impl->engine)), impl_(std::move(impl)) {}
 
 PostgresJournal::Stats PostgresJournal::stats() const {
-  return {engine().transactions(), engine().events_written(), engine().append_failures(),
-          impl_->shared.reconnects.load(std::memory_order_relaxed)};
+  return {GroupCommitJournal::stats(), impl_->shared.reconnects.load(std::memory_order_relaxed)};
 }
 
 std::uint64_t PostgresJournal::owner_incarnation() const noexcept { return impl_->shared.owner.value; }

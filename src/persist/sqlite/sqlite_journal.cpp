@@ -63,14 +63,11 @@ Result<std::shared_ptr<SqliteJournal>> SqliteJournal::open(SqliteJournalOptions 
   if (auto r = state->open(); !r) return std::move(r).error();
   state->engine.start(state);
   // The engine's handle shares ownership of the whole state.
-  return std::shared_ptr<SqliteJournal>(new SqliteJournal(std::shared_ptr<detail::JournalEngine>(state, &state->engine)));
+  std::shared_ptr<detail::JournalEngine> engine(state, &state->engine);
+  return std::shared_ptr<SqliteJournal>(new SqliteJournal(std::move(engine)));
 }
 
 SqliteJournal::SqliteJournal(std::shared_ptr<detail::JournalEngine> engine)
     : GroupCommitJournal(std::move(engine)) {}
-
-SqliteJournal::Stats SqliteJournal::stats() const {
-  return {engine().transactions(), engine().events_written(), engine().append_failures()};
-}
 
 }  // namespace troupe

@@ -44,11 +44,18 @@ class GroupCommitJournal : public Journal {
   // Write transactions committed and the events they stored.
   JournalStats journal_stats() const override;
 
+  // Counters for metrics and benchmarks (monotonic, thread-safe).
+  struct Stats {
+    std::uint64_t transactions = 0;  // write transactions committed
+    std::uint64_t events_written = 0;
+    std::uint64_t append_failures = 0;
+  };
+  Stats stats() const;
+
  protected:
   // `engine` is open and started; it points into the back end's state and
   // keeps that state alive.
   explicit GroupCommitJournal(std::shared_ptr<JournalEngine> engine);
-  JournalEngine& engine() const noexcept { return *engine_; }
 
  private:
   std::shared_ptr<JournalEngine> engine_;
