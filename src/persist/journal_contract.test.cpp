@@ -35,19 +35,7 @@
 namespace {
 
 using namespace std::chrono_literals;
-using troupe::AppendBatch;
-using troupe::ErrorCode;
-using troupe::EventRecord;
-using troupe::Journal;
-using troupe::Recovery;
-using troupe::Result;
-using troupe::SnapshotRecord;
-namespace js = troupe::journal_sync;
-using troupe::test::batch;
-using troupe::test::event;
-using troupe::test::range;
-using troupe::test::seqs;
-using troupe::test::TempDir;
+using namespace troupe::test::journal_names;
 
 
 // One back end under test, fresh for each test: owns the journal and
