@@ -23,7 +23,7 @@ namespace troupe::pg {
 using Clock = std::chrono::steady_clock;
 
 // What the lanes, the readers and the public object share. Fixed once
-// open() returned, except the counters.
+// open() returned, except `reconnects`.
 struct Shared {
   Shared(PostgresJournalOptions o, std::string quoted_schema)
       : options(std::move(o)), sql(quoted_schema) {}
@@ -39,6 +39,44 @@ struct Shared {
 
   std::atomic<std::uint64_t> reconnects{0};
 };
+
+// --- what both of the writer's paths send and read (postgres_writer.cpp) ---
+
+// The six event columns of `rows` batches, as arrays.
+struct RowArrays {
+  ArrayParam ids{kByteaOid}, seqs{kInt8Oid}, times{kInt8Oid}, types{kByteaOid}, versions{kInt8Oid},
+      payloads{kByteaOid};
+  void start(std::size_t n) {
+    for (ArrayParam* a : {&ids, &seqs, &times, &types, &versions, &payloads}) a->start(n);
+  }
+  template <class Record>
+  void add(const std::string& id, const Record& r) {
+    ids.bytes(id);
+    seqs.int8(static_cast<std::int64_t>(r.seq));
+    times.int8(r.timestamp_ms);
+    types.bytes(r.type);
+    versions.int8(static_cast<std::int64_t>(r.version));
+    payloads.bytes(r.payload);
+  }
+  Params params() {
+    Params p;
+    for (ArrayParam* a : {&ids, &seqs, &times, &types, &versions, &payloads}) p.array(a->take(), a->array_type());
+    return p;
+  }
+};
+
+// check_fences' arguments for the fenced appends among `batches`: each
+// (key, value) once, and the keys' locks once each, in ascending order (so
+// two writers never wait for each other's locks in a cycle).
+std::optional<Params> fence_check(const std::string& schema, const std::vector<const AppendBatch*>& batches);
+// The kAppend arguments: every event of `batches`.
+Params append_rows(const std::vector<const AppendBatch*>& batches);
+// The journal_conflict of a batch the primary key refused.
+Error conflict(const AppendBatch& b);
+// The stored fence check_fences reported (its DETAIL: "<index> <fence>").
+std::uint64_t refused_at(const Outcome& o);
+
+// --- the lane -----------------------------------------------------------------
 
 class Writer final : public detail::JournalLane {
  public:
