@@ -11,8 +11,6 @@
 
 #include "troupe/node/metrics.hpp"
 #include "troupe/persist/forwarding_journal.hpp"
-#include "troupe/persist/postgres_journal.hpp"
-#include "troupe/persist/sqlite_journal.hpp"
 
 namespace troupe::node::detail {
 
@@ -44,15 +42,9 @@ class MeteredJournal final : public ForwardingJournal {
   }
   // Group commits of the back end, when it reports them: {transactions, events}.
   std::optional<std::pair<std::uint64_t, std::uint64_t>> commits() const {
-    if (auto* s = dynamic_cast<SqliteJournal*>(&inner())) {
-      auto st = s->stats();
-      return std::pair{st.transactions, st.events_written};
-    }
-    if (auto* p = dynamic_cast<PostgresJournal*>(&inner())) {
-      auto st = p->stats();
-      return std::pair{st.transactions, st.events_written};
-    }
-    return std::nullopt;
+    const JournalStats st = journal_stats();
+    if (!st.transactions || !st.events_written) return std::nullopt;
+    return std::pair{*st.transactions, *st.events_written};
   }
   const Meters& meters() const noexcept { return *meters_; }
 

@@ -355,6 +355,7 @@ class UnreadableJournal final : public troupe::Journal {
   void raise_fence(std::string, std::uint64_t, Callback<void> done) override { done({}); }
   void highest_fence(Callback<std::uint64_t> done) override { done(std::uint64_t{0}); }
   std::string_view name() const noexcept override { return "unreadable"; }
+  troupe::JournalStats journal_stats() const override { return {}; }
 };
 
 // proves: X1

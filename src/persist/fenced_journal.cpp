@@ -157,6 +157,8 @@ void FencedJournal::highest_fence(Callback<std::uint64_t> done) {
 
 std::string_view FencedJournal::name() const noexcept { return state_->inner->name(); }
 
+JournalStats FencedJournal::journal_stats() const { return state_->inner->journal_stats(); }
+
 const Fence& FencedJournal::fence() const noexcept { return state_->fence; }
 
 std::optional<Result<void>> FencedJournal::raised() const {

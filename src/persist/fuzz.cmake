@@ -13,6 +13,10 @@
 troupe_add_fuzz(journal_rows_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/journal_rows_fuzz.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_journal.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_reader.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_schema.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_support.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_writer.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/postgres/pg_support.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/journal.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/journal_engine.cpp

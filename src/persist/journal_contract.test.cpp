@@ -25,6 +25,7 @@
 
 #include "journal_test_support.hpp"
 #include "troupe/persist/fenced_journal.hpp"
+#include "troupe/persist/forwarding_journal.hpp"
 #include "troupe/persist/journal.hpp"
 #include "troupe/persist/memory_journal.hpp"
 #include "troupe/persist/postgres_journal.hpp"
@@ -34,19 +35,7 @@
 namespace {
 
 using namespace std::chrono_literals;
-using troupe::AppendBatch;
-using troupe::ErrorCode;
-using troupe::EventRecord;
-using troupe::Journal;
-using troupe::Recovery;
-using troupe::Result;
-using troupe::SnapshotRecord;
-namespace js = troupe::journal_sync;
-using troupe::test::batch;
-using troupe::test::event;
-using troupe::test::range;
-using troupe::test::seqs;
-using troupe::test::TempDir;
+using namespace troupe::test::journal_names;
 
 
 // One back end under test, fresh for each test: owns the journal and
@@ -674,6 +663,37 @@ TEST_P(JournalContract, a_read_made_after_an_append_is_acknowledged_sees_it) {
     auto r = js::recover(j(), "rw");
     ASSERT_TRUE(r.ok());
     ASSERT_EQ(r->events.size(), s);
+  }
+}
+
+// --- statistics --------------------------------------------------------------------
+
+TEST_P(JournalContract, journal_stats_count_the_committed_writes_and_views_report_their_inner_journals) {
+  ASSERT_TRUE(js::append(j(), batch("st", 1, 2)).ok());
+  ASSERT_TRUE(js::append(j(), batch("st", 3, 3)).ok());
+  const troupe::JournalStats st = j().journal_stats();
+  if (j().name() == "memory") {
+    // It stores each operation at once, in no transaction: nothing to count.
+    EXPECT_FALSE(st.transactions.has_value());
+    EXPECT_FALSE(st.events_written.has_value());
+  } else {
+    ASSERT_TRUE(st.transactions.has_value());
+    ASSERT_TRUE(st.events_written.has_value());
+    EXPECT_GE(*st.transactions, 1u);
+    EXPECT_LE(*st.transactions, 2u);
+    EXPECT_EQ(*st.events_written, 3u);
+  }
+  auto inner = std::shared_ptr<Journal>(&j(), [](Journal*) {});
+  auto view = troupe::FencedJournal::open(inner, {"stats/1", 1});
+  troupe::ForwardingJournal forwarding(view);
+  ASSERT_TRUE(js::append(forwarding, batch("st", 4, 4)).ok());
+  const troupe::JournalStats after = j().journal_stats();
+  for (const troupe::JournalStats& s : {view->journal_stats(), forwarding.journal_stats()}) {
+    EXPECT_EQ(s.transactions, after.transactions);
+    EXPECT_EQ(s.events_written, after.events_written);
+  }
+  if (after.events_written) {
+    EXPECT_EQ(*after.events_written, 4u);
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// The threading skeleton shared by the SQLite and PostgreSQL journals:
-// group commit on writer lanes, and a pool of reader threads.
+// The group-commit engine shared by the SQLite and PostgreSQL journals: the
+// threads, queues, batching and result delivery; a back end supplies only
+// its writer lanes and its readers (its SQL).
 //
 // GroupCommit: each lane is one writer thread with its own queue and its own
 // connection (a JournalLane the back end supplies). An operation goes to the
@@ -16,13 +17,18 @@
 // ReaderPool: `n` threads, each with its own reader object (connection and
 // statements), taking read tasks from one queue.
 //
-// Both keep themselves alive through the `keep_alive` handle their threads
-// hold, so a journal may be destroyed from one of its own callbacks: close()
-// then detaches the calling thread, which finishes its queue and frees the
-// state when it exits.
+// JournalEngine: both of them behind the Journal operations, as
+// detail::GroupCommitJournal (the public base of both journals) calls them.
+//
+// Every thread keeps the back end's state alive through the `keep_alive`
+// handle it holds, so a journal may be destroyed from one of its own
+// callbacks: shutdown() then detaches the calling thread, which finishes its
+// queue and frees the state when it exits.
 //
 // Internal to the persist layer. Thread-safe as described per member.
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +36,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -53,15 +60,49 @@ struct JournalWrite {
   const std::string& key() const { return batch.persistence_id; }
 };
 
+// What one JournalLane::commit stored.
+struct Committed {
+  std::uint64_t transactions = 0;  // write transactions committed
+  std::uint64_t events = 0;        // events they stored
+};
+
 // A back end's writer: one per lane, used by that lane's thread only.
 class JournalLane {
  public:
   virtual ~JournalLane() = default;
   // Stores `ops` in one transaction (as far as the back end can) and sets
   // results[i] for ops[i] (results has ops.size() entries, all success on
-  // entry).
-  virtual void commit(std::span<JournalWrite> ops, std::span<Result<void>> results) = 0;
+  // entry). Returns what it committed.
+  virtual Committed commit(std::span<JournalWrite> ops, std::span<Result<void>> results) = 0;
 };
+
+// A back end's reader: one connection and its statements, used by one
+// reader thread at a time. Each call is one consistent read.
+class JournalReader {
+ public:
+  virtual ~JournalReader() = default;
+  virtual Result<std::vector<EventRecord>> replay(const std::string& id, std::uint64_t from, std::uint64_t to) = 0;
+  virtual Result<std::uint64_t> highest_seq(const std::string& id) = 0;
+  virtual Result<std::optional<SnapshotRecord>> load_snapshot(const std::string& id) = 0;
+  virtual Result<Recovery> recover(const std::string& id) = 0;
+  // The recoveries of `ids`, in order. The default recovers one by one; a
+  // back end that answers several in one round trip overrides it.
+  virtual std::vector<Result<Recovery>> recover_many(const std::vector<std::string>& ids);
+  virtual Result<std::uint64_t> highest_fence() = 0;
+};
+
+// The highest sequence number of an id, as stored: the largest stored seq
+// and the deletion mark (deleted numbers are never reused).
+struct StoredHighest {
+  std::uint64_t max_seq = 0;
+  std::uint64_t deleted_to = 0;
+  std::uint64_t value() const { return std::max(max_seq, deleted_to); }
+};
+
+// journal_conflict unless an append starting at `first` continues
+// `highest`: a number already stored, or a gap after it. `shown_id` is the
+// id as the back end prints it in messages.
+Result<void> check_continues(const std::string& shown_id, std::uint64_t first, std::uint64_t highest);
 
 class GroupCommit {
  public:
@@ -72,7 +113,7 @@ class GroupCommit {
   GroupCommit& operator=(const GroupCommit&) = delete;
 
   // Starts one thread per lane; each holds `keep_alive` until it exits.
-  void start(std::shared_ptr<void> keep_alive);
+  void start(const std::shared_ptr<void>& keep_alive);
   // Queues `op` on its lane, or answers it with closed_error() once closed.
   void submit(JournalWrite&& op);
   // Stops taking operations; lanes finish what is queued.
@@ -82,8 +123,12 @@ class GroupCommit {
   // callback run while one drains finds the other closed as well.
   void join();
 
-  // Appends answered with an error (monotonic).
+  // Counters (monotonic; relaxed reads). Each is counted before the
+  // callbacks of what it counts run, so a caller that reads one after its
+  // callback ran sees its own operation in it.
   std::uint64_t append_failures() const noexcept { return append_failures_.load(std::memory_order_relaxed); }
+  std::uint64_t transactions() const noexcept { return transactions_.load(std::memory_order_relaxed); }
+  std::uint64_t events_written() const noexcept { return events_written_.load(std::memory_order_relaxed); }
   // The lane an operation on `key` runs on.
   std::size_t lane_of(const std::string& key) const noexcept;
 
@@ -103,6 +148,8 @@ class GroupCommit {
   const std::size_t max_weight_;
   const std::function<Error()> closed_error_;
   std::atomic<std::uint64_t> append_failures_{0};
+  std::atomic<std::uint64_t> transactions_{0};
+  std::atomic<std::uint64_t> events_written_{0};
 };
 
 template <class Reader>
@@ -117,6 +164,8 @@ class ReaderPool {
   }
   ReaderPool(const ReaderPool&) = delete;
   ReaderPool& operator=(const ReaderPool&) = delete;
+
+  std::size_t size() const noexcept { return readers_.size(); }
 
   void start(const std::shared_ptr<void>& keep_alive) {
     for (auto& r : readers_)
@@ -175,6 +224,72 @@ class ReaderPool {
   std::deque<Task> queue_;  // guarded by mu_
   bool closed_ = false;     // guarded by mu_
   std::vector<std::thread> threads_;
+};
+
+// The Journal operations over one GroupCommit and one ReaderPool. A back end
+// keeps it as a member of its shared state, builds its lanes and readers in
+// open(), and hands it to GroupCommitJournal. Thread-safe once open.
+class JournalEngine {
+ public:
+  struct Options {
+    std::size_t max_batch_events = 1;  // per transaction and lane
+    // Recoveries a reader answers in one go (JournalReader::recover_many)
+    // when they wait for a busy reader; 1: each is a read of its own.
+    std::size_t recover_batch = 1;
+    std::function<Error()> closed_error;  // what operations get once the journal is closed
+  };
+
+  explicit JournalEngine(Options options) : options_(std::move(options)) {}
+  ~JournalEngine();
+  JournalEngine(const JournalEngine&) = delete;
+  JournalEngine& operator=(const JournalEngine&) = delete;
+
+  // Takes the lanes and readers, open and ready; once.
+  void open(std::vector<std::unique_ptr<JournalLane>> lanes, std::vector<std::unique_ptr<JournalReader>> readers);
+  // Starts every thread; each holds `keep_alive` (the back end's state).
+  void start(const std::shared_ptr<void>& keep_alive);
+  // Commits what is queued, runs every callback, fails later operations
+  // with closed_error and joins the threads (detaching the caller's own).
+  void shutdown();
+
+  void append(AppendBatch batch, Journal::Callback<void> done) {
+    writes_->submit({JournalWrite::Kind::append, std::move(batch), 0, {}, std::move(done)});
+  }
+  void delete_up_to(std::string id, std::uint64_t to_seq, Journal::Callback<void> done);
+  void save_snapshot(std::string id, SnapshotRecord snapshot, Journal::Callback<void> done);
+  void raise_fence(std::string key, std::uint64_t value, Journal::Callback<void> done);
+
+  void replay(std::string id, std::uint64_t from, std::uint64_t to, Journal::Callback<std::vector<EventRecord>> done);
+  void highest_seq(std::string id, Journal::Callback<std::uint64_t> done);
+  void load_snapshot(std::string id, Journal::Callback<std::optional<SnapshotRecord>> done);
+  void recover(std::string id, Journal::Callback<Recovery> done);
+  void highest_fence(Journal::Callback<std::uint64_t> done);
+
+  // Counters (monotonic): see GroupCommit.
+  std::uint64_t transactions() const noexcept { return writes_->transactions(); }
+  std::uint64_t events_written() const noexcept { return writes_->events_written(); }
+  std::uint64_t append_failures() const noexcept { return writes_->append_failures(); }
+  JournalStats stats() const { return {transactions(), events_written()}; }
+  // The lane an operation on `key` runs on (the index into open()'s lanes).
+  std::size_t lane_of(const std::string& key) const noexcept { return writes_->lane_of(key); }
+
+ private:
+  struct PendingRecovery {
+    std::string id;
+    Journal::Callback<Recovery> done;
+  };
+  // Runs `fn(reader)` on a reader thread and answers `done` with its
+  // result, or with closed_error once closed.
+  template <class T, class Fn>
+  void read(Journal::Callback<T> done, Fn fn);
+  void recover_waiting(JournalReader* r);
+
+  const Options options_;
+  std::unique_ptr<GroupCommit> writes_;
+  std::unique_ptr<ReaderPool<JournalReader>> reads_;
+  std::mutex recover_mu_;
+  std::deque<PendingRecovery> recoveries_;  // guarded by recover_mu_
+  std::size_t recover_tasks_ = 0;  // guarded by recover_mu_: reader tasks queued or running for recoveries_
 };
 
 }  // namespace troupe::detail

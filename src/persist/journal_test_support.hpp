@@ -1,6 +1,6 @@
 #pragma once
-// Helpers shared by the journal tests: a private temp directory and
-// ready-made events and batches.
+// Helpers shared by the journal tests: a private temp directory,
+// ready-made events and batches, and the names the tests use unqualified.
 
 #include <stdlib.h>  // mkdtemp
 
@@ -68,5 +68,23 @@ inline std::vector<std::uint64_t> range(std::uint64_t first, std::uint64_t last)
   for (std::uint64_t s = first; s <= last; ++s) out.push_back(s);
   return out;
 }
+
+// The journal's vocabulary for the tests of its back ends, in one
+// directive: `using namespace troupe::test::journal_names;`.
+namespace journal_names {
+using troupe::AppendBatch;
+using troupe::ErrorCode;
+using troupe::EventRecord;
+using troupe::Journal;
+using troupe::Recovery;
+using troupe::Result;
+using troupe::SnapshotRecord;
+namespace js = troupe::journal_sync;
+using troupe::test::batch;
+using troupe::test::event;
+using troupe::test::range;
+using troupe::test::seqs;
+using troupe::test::TempDir;
+}  // namespace journal_names
 
 }  // namespace troupe::test

@@ -53,6 +53,8 @@ class FencedJournal final : public Journal {
   void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
   void highest_fence(Callback<std::uint64_t> done) override;
   std::string_view name() const noexcept override;
+  // The inner journal's counters.
+  JournalStats journal_stats() const override;
 
   const Fence& fence() const noexcept;
   // The raise's outcome once known; nullopt while it is in flight.

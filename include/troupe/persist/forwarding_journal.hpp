@@ -58,6 +58,7 @@ class ForwardingJournal : public Journal {
   }
   void highest_fence(Callback<std::uint64_t> done) override { inner_->highest_fence(std::move(done)); }
   std::string_view name() const noexcept override { return inner_->name(); }
+  JournalStats journal_stats() const override { return inner_->journal_stats(); }
 
  protected:
   Journal& inner() const noexcept { return *inner_; }

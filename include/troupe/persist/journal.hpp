@@ -99,6 +99,14 @@ struct Recovery {
   std::uint64_t highest_seq = 0;
 };
 
+// Counters a journal reports for metrics (monotonic since it was opened).
+// A journal leaves absent what it does not count: one that does not commit
+// in transactions reports no transactions.
+struct JournalStats {
+  std::optional<std::uint64_t> transactions;    // write transactions committed (group commits)
+  std::optional<std::uint64_t> events_written;  // events those transactions stored
+};
+
 // The interface every back end implements. See the file comment for the
 // guarantees and threading rules.
 class Journal {
@@ -148,6 +156,10 @@ class Journal {
 
   // A short name for logs and metrics ("memory", "sqlite").
   virtual std::string_view name() const noexcept = 0;
+
+  // The journal's counters, as they are now. Any thread. A decorator
+  // reports the counters of the journal it wraps.
+  virtual JournalStats journal_stats() const = 0;
 };
 
 // Blocking forms of the operations, for tools, tests and benchmarks. Never

@@ -35,6 +35,8 @@ class MemoryJournal final : public Journal {
   void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
   void highest_fence(Callback<std::uint64_t> done) override;
   std::string_view name() const noexcept override { return "memory"; }
+  // Nothing: the journal stores each operation at once, in no transaction.
+  JournalStats journal_stats() const override { return {}; }
 
   // Test controls.
   // From now on appends wait (in order) until release_held().

@@ -52,6 +52,7 @@
 #include <memory>
 #include <string>
 
+#include "troupe/persist/detail/group_commit_journal.hpp"
 #include "troupe/persist/journal.hpp"
 
 namespace troupe {
@@ -70,7 +71,7 @@ struct PostgresJournalOptions {
   int unavailable_timeout_ms = 2000;  // how long a write waits for a lost server before failing
 };
 
-class PostgresJournal final : public Journal {
+class PostgresJournal final : public detail::GroupCommitJournal {
  public:
   // Connects every connection and creates the schema and tables if missing.
   // Errors: journal_failed with the server's or libpq's message (bad
@@ -78,28 +79,12 @@ class PostgresJournal final : public Journal {
   // invalid_argument for unusable options.
   static Result<std::shared_ptr<PostgresJournal>> open(PostgresJournalOptions options);
 
-  ~PostgresJournal() override;
-  PostgresJournal(const PostgresJournal&) = delete;
-  PostgresJournal& operator=(const PostgresJournal&) = delete;
-
-  void append(AppendBatch batch, Callback<void> done) override;
-  void replay(std::string persistence_id, std::uint64_t from_seq, std::uint64_t to_seq,
-              Callback<std::vector<EventRecord>> done) override;
-  void highest_seq(std::string persistence_id, Callback<std::uint64_t> done) override;
-  void delete_up_to(std::string persistence_id, std::uint64_t to_seq, Callback<void> done) override;
-  void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) override;
-  void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
-  void recover(std::string persistence_id, Callback<Recovery> done) override;
-  void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
-  void highest_fence(Callback<std::uint64_t> done) override;
+  // The Journal operations: detail/group_commit_journal.hpp.
   std::string_view name() const noexcept override { return "postgres"; }
 
-  // Counters for metrics and tests (monotonic, thread-safe).
-  struct Stats {
-    std::uint64_t transactions = 0;  // write transactions committed
-    std::uint64_t events_written = 0;
-    std::uint64_t append_failures = 0;
-    std::uint64_t reconnects = 0;    // successful connections after the first, all connections
+  // The counters of every group-commit journal, and the reconnects.
+  struct Stats : GroupCommitJournal::Stats {
+    std::uint64_t reconnects = 0;  // successful connections after the first, all connections
   };
   Stats stats() const;
   // The incarnation open() took as `owner`; 0 without an owner.
@@ -108,8 +93,8 @@ class PostgresJournal final : public Journal {
   class Impl;
 
  private:
-  explicit PostgresJournal(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit PostgresJournal(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace troupe

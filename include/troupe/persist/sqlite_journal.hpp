@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "troupe/persist/detail/group_commit_journal.hpp"
 #include "troupe/persist/journal.hpp"
 
 namespace troupe {
@@ -49,42 +50,18 @@ struct SqliteJournalOptions {
   int busy_timeout_ms = 5000;
 };
 
-class SqliteJournal final : public Journal {
+class SqliteJournal final : public detail::GroupCommitJournal {
  public:
   // Opens (creating the file and tables if needed). Errors: journal_failed
   // with SQLite's message (unwritable path, not a database, locked by
   // another process), invalid_argument for unusable options.
   static Result<std::shared_ptr<SqliteJournal>> open(SqliteJournalOptions options);
 
-  ~SqliteJournal() override;
-  SqliteJournal(const SqliteJournal&) = delete;
-  SqliteJournal& operator=(const SqliteJournal&) = delete;
-
-  void append(AppendBatch batch, Callback<void> done) override;
-  void replay(std::string persistence_id, std::uint64_t from_seq, std::uint64_t to_seq,
-              Callback<std::vector<EventRecord>> done) override;
-  void highest_seq(std::string persistence_id, Callback<std::uint64_t> done) override;
-  void delete_up_to(std::string persistence_id, std::uint64_t to_seq, Callback<void> done) override;
-  void save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) override;
-  void load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) override;
-  void recover(std::string persistence_id, Callback<Recovery> done) override;
-  void raise_fence(std::string key, std::uint64_t value, Callback<void> done) override;
-  void highest_fence(Callback<std::uint64_t> done) override;
+  // The Journal operations and stats(): detail/group_commit_journal.hpp.
   std::string_view name() const noexcept override { return "sqlite"; }
 
-  // Counters for metrics and benchmarks (monotonic, thread-safe).
-  struct Stats {
-    std::uint64_t transactions = 0;  // write transactions committed
-    std::uint64_t events_written = 0;
-    std::uint64_t append_failures = 0;
-  };
-  Stats stats() const;
-
-  class Impl;
-
  private:
-  explicit SqliteJournal(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit SqliteJournal(std::shared_ptr<detail::JournalEngine> engine);
 };
 
 }  // namespace troupe

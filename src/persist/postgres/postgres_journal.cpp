@@ -1,13 +1,12 @@
-// PostgresJournal: writer lanes with group commit (postgres_writer.cpp),
-// reader threads with their own connections, reconnect with back-off, the
-// schema check and its migration. Table layout, statements and the rules
+// PostgresJournal: writer lanes (postgres_writer.cpp) and reader
+// connections, run by the group-commit engine (journal_engine.hpp); the
+// readers' reconnects, the schema check and its migration. Table layout, statements and the rules
 // enforced here are documented in doc/journal.md ("PostgreSQL"); keep the
 // two in step.
 
 #include "troupe/persist/postgres_journal.hpp"
 
 #include <algorithm>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,19 +29,21 @@ Error closed_error() { return Error(ErrorCode::journal_failed, "postgres journal
 constexpr std::size_t kRecoverBatch = 256;
 }  // namespace
 
-// One read connection; used by one reader thread at a time.
-class PgReader {
+// One read connection; used by one reader thread at a time. What it learns
+// of an id's highest seq it passes on to the id's writer lane (`hint`).
+class PgReader final : public detail::JournalReader {
  public:
-  explicit PgReader(Shared& shared) : shared_(shared) {}
+  using Hint = std::function<void(const std::string& id, std::uint64_t highest)>;
+  PgReader(Shared& shared, Hint hint) : shared_(shared), hint_(std::move(hint)) {}
   Result<void> connect_now();
 
-  Result<std::vector<EventRecord>> replay(const std::string& id, std::uint64_t from, std::uint64_t to);
-  Result<std::uint64_t> highest_seq(const std::string& id);
-  Result<std::optional<SnapshotRecord>> load_snapshot(const std::string& id);
-  Result<Recovery> recover(const std::string& id);
+  Result<std::vector<EventRecord>> replay(const std::string& id, std::uint64_t from, std::uint64_t to) override;
+  Result<std::uint64_t> highest_seq(const std::string& id) override;
+  Result<std::optional<SnapshotRecord>> load_snapshot(const std::string& id) override;
+  Result<Recovery> recover(const std::string& id) override;
   // The recoveries of `ids`, in order, in one round trip.
-  std::vector<Result<Recovery>> recover_many(const std::vector<std::string>& ids);
-  Result<std::uint64_t> highest_fence();
+  std::vector<Result<Recovery>> recover_many(const std::vector<std::string>& ids) override;
+  Result<std::uint64_t> highest_fence() override;
 
  private:
   // Runs prepared statement `name` with `params` and hands its result to
@@ -52,129 +53,40 @@ class PgReader {
   Result<T> query(const char* name, const Params& params, const std::string& doing, Parse&& parse);
   // The connection, opened again if it is (or was found) lost.
   Result<PGconn*> connection();
+  std::vector<Result<Recovery>> recover_all(const std::vector<std::string>& ids);
 
   Shared& shared_;
+  const Hint hint_;
   PgConn conn_;
 };
 
 // Everything the journal's threads use. Held by shared_ptr: by the public
 // object and by each thread, so that the journal may be destroyed from one
-// of its own callbacks.
-class PostgresCore : public std::enable_shared_from_this<PostgresCore> {
+// of its own callbacks. The engine is declared last: it goes first, with
+// the lanes and readers, which use the rest.
+class PostgresJournal::Impl {
  public:
-  PostgresCore(PostgresJournalOptions options, std::string quoted_schema)
-      : shared_(std::move(options), std::move(quoted_schema)) {}
+  Impl(PostgresJournalOptions options, std::string quoted_schema)
+      : shared(std::move(options), std::move(quoted_schema)),
+        engine({shared.options.max_batch_events, kRecoverBatch, closed_error}) {}
 
   Result<void> open();
-  void start_threads() {
-    auto self = shared_from_this();
-    writes_->start(self);
-    reads_->start(self);
-  }
-  void shutdown() {
-    writes_->close();
-    reads_->close();
-    writes_->join();
-    reads_->join();
-  }
-
-  void write(detail::JournalWrite&& op) { writes_->submit(std::move(op)); }
-
-  // Runs `fn(reader)` on a reader thread and answers `done` with its result.
-  template <class T, class Fn>
-  void read(Journal::Callback<T> done, Fn fn) {
-    reads_->submit([done = std::move(done), fn = std::move(fn)](PgReader* r) mutable {
-      if (r == nullptr) return done(closed_error());
-      done(fn(*r));
-    });
-  }
-
-  // Recovers `id` on a reader. Recoveries that arrive while every reader is
-  // busy wait here, then go together, up to kRecoverBatch in one round trip:
-  // a burst of new entities (one recovery each) costs a few round trips,
-  // not one each, and a journal with a reader free adds no wait.
-  void recover(std::string id, Journal::Callback<Recovery> done) {
-    {
-      std::lock_guard lk(recover_mu_);
-      recoveries_.push_back({std::move(id), std::move(done)});
-      if (recover_tasks_ >= shared_.options.reader_connections) return;
-      ++recover_tasks_;
-    }
-    reads_->submit([this](PgReader* r) { recover_batch(r); });
-  }
 
   // A reader saw `highest` stored for `id`: the id's lane need not read it.
-  void hint(const std::string& id, std::uint64_t highest) {
-    lanes_[writes_->lane_of(id)]->hint(id, highest);
-  }
+  void hint(const std::string& id, std::uint64_t highest) { lanes[engine.lane_of(id)]->hint(id, highest); }
 
-  PostgresJournal::Stats stats() const {
-    return {shared_.transactions.load(std::memory_order_relaxed),
-            shared_.events_written.load(std::memory_order_relaxed), writes_->append_failures(),
-            shared_.reconnects.load(std::memory_order_relaxed)};
-  }
-  std::uint64_t owner_incarnation() const noexcept { return shared_.owner.value; }
+  Shared shared;
+  std::vector<Writer*> lanes;  // owned by the engine
+  detail::JournalEngine engine;
 
  private:
   Result<void> check_schema(PGconn* c);
-
-  struct PendingRecovery {
-    std::string id;
-    Journal::Callback<Recovery> done;
-  };
-  // Runs the recoveries waiting (up to kRecoverBatch) on reader `r`, or
-  // fails them when the journal is closed (r null); then leaves any more to
-  // a task at the back of the readers' queue, behind the other reads.
-  void recover_batch(PgReader* r) {
-    std::vector<PendingRecovery> batch;
-    {
-      std::lock_guard lk(recover_mu_);
-      const std::size_t n = std::min(recoveries_.size(), kRecoverBatch);
-      for (std::size_t i = 0; i < n; ++i) {
-        batch.push_back(std::move(recoveries_.front()));
-        recoveries_.pop_front();
-      }
-    }
-    if (r == nullptr) {
-      for (auto& p : batch) p.done(closed_error());
-    } else if (!batch.empty()) {
-      std::vector<std::string> ids;
-      ids.reserve(batch.size());
-      for (const auto& p : batch) ids.push_back(p.id);
-      auto results = r->recover_many(ids);
-      for (std::size_t i = 0; i < batch.size(); ++i) {
-        if (results[i]) hint(batch[i].id, results[i]->highest_seq);
-        batch[i].done(std::move(results[i]));
-      }
-    }
-    {
-      std::lock_guard lk(recover_mu_);
-      if (recoveries_.empty()) {
-        --recover_tasks_;
-        return;
-      }
-    }
-    reads_->submit([this](PgReader* next) { recover_batch(next); });
-  }
-
-  Shared shared_;
-  std::vector<Writer*> lanes_;  // owned by writes_
-  std::unique_ptr<detail::GroupCommit> writes_;
-  std::unique_ptr<detail::ReaderPool<PgReader>> reads_;
-  std::mutex recover_mu_;
-  std::deque<PendingRecovery> recoveries_;  // guarded by recover_mu_
-  unsigned recover_tasks_ = 0;  // guarded by recover_mu_: reader tasks queued or running for recoveries_
-};
-
-class PostgresJournal::Impl {
- public:
-  std::shared_ptr<PostgresCore> core;
 };
 
 // --- open -------------------------------------------------------------------------
 
-Result<void> PostgresCore::check_schema(PGconn* w) {
-  const Sql& sql = shared_.sql;
+Result<void> PostgresJournal::Impl::check_schema(PGconn* w) {
+  const Sql& sql = shared.sql;
   auto step = [&](const std::string& q, const char* doing) -> Result<Outcome> {
     Outcome o = run(w, q);
     if (!o.ok) return failed(doing, o);
@@ -219,40 +131,39 @@ Result<void> PostgresCore::check_schema(PGconn* w) {
   return {};
 }
 
-Result<void> PostgresCore::open() {
-  const PostgresJournalOptions& options = shared_.options;
+Result<void> PostgresJournal::Impl::open() {
+  const PostgresJournalOptions& options = shared.options;
   // The tables first, on a plain connection: the lanes prepare statements
   // that name them.
   {
-    auto c = shared_.connect({});
+    auto c = shared.connect({});
     if (!c) return std::move(c).error();
     if (auto r = check_schema(c->get()); !r) return r;
   }
-  std::vector<std::unique_ptr<detail::JournalLane>> lanes;
+  std::vector<std::unique_ptr<detail::JournalLane>> writers;
   for (unsigned i = 0; i < options.writer_connections; ++i) {
-    auto w = std::make_unique<Writer>(shared_);
+    auto w = std::make_unique<Writer>(shared);
     if (auto r = w->connect_now(); !r) return r;
-    lanes_.push_back(w.get());
-    lanes.push_back(std::move(w));
+    lanes.push_back(w.get());
+    writers.push_back(std::move(w));
   }
   if (!options.owner.empty()) {
     // This journal's incarnation as the owner: one above the last one's. The
     // raise waits for that one's appends in flight, and refuses the rest.
     Fence owner{"owner|" + options.owner, 0};
     const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(options.unavailable_timeout_ms, 1000));
-    auto v = lanes_.front()->raise(owner.key, 0, true, deadline);
+    auto v = lanes.front()->raise(owner.key, 0, true, deadline);
     if (!v) return std::move(v).error();
     owner.value = *v;
-    shared_.owner = std::move(owner);
+    shared.owner = std::move(owner);
   }
-  writes_ = std::make_unique<detail::GroupCommit>(std::move(lanes), options.max_batch_events, closed_error);
-  std::vector<std::unique_ptr<PgReader>> readers;
+  std::vector<std::unique_ptr<detail::JournalReader>> readers;
   for (unsigned i = 0; i < options.reader_connections; ++i) {
-    auto r = std::make_unique<PgReader>(shared_);
+    auto r = std::make_unique<PgReader>(shared, [this](const std::string& id, std::uint64_t h) { hint(id, h); });
     if (auto c = r->connect_now(); !c) return c;
     readers.push_back(std::move(r));
   }
-  reads_ = std::make_unique<detail::ReaderPool<PgReader>>(std::move(readers));
+  engine.open(std::move(writers), std::move(readers));
   return {};
 }
 
@@ -301,8 +212,10 @@ Result<std::vector<EventRecord>> PgReader::replay(const std::string& id, std::ui
 Result<std::uint64_t> PgReader::highest_seq(const std::string& id) {
   Params p;
   p.bytes(id);
-  return query<std::uint64_t>(Sql::kHighest, p, "read the highest seq of " + printable(id),
-                              [&](const PGresult* r) { return parse_highest(r, id); });
+  auto h = query<std::uint64_t>(Sql::kHighest, p, "read the highest seq of " + printable(id),
+                                [&](const PGresult* r) { return parse_highest(r, id); });
+  if (h) hint_(id, *h);
+  return h;
 }
 
 Result<std::optional<SnapshotRecord>> PgReader::load_snapshot(const std::string& id) {
@@ -321,6 +234,13 @@ Result<Recovery> PgReader::recover(const std::string& id) {
 }
 
 std::vector<Result<Recovery>> PgReader::recover_many(const std::vector<std::string>& ids) {
+  auto out = recover_all(ids);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (out[i]) hint_(ids[i], out[i]->highest_seq);
+  return out;
+}
+
+std::vector<Result<Recovery>> PgReader::recover_all(const std::vector<std::string>& ids) {
   if (ids.size() == 1) return {recover(ids.front())};
   std::vector<Call> calls;
   calls.reserve(ids.size());
@@ -382,67 +302,20 @@ Result<std::shared_ptr<PostgresJournal>> PostgresJournal::open(PostgresJournalOp
     if (ch == '"') quoted_schema += '"';
   }
   quoted_schema += '"';
-  auto core = std::make_shared<PostgresCore>(std::move(options), std::move(quoted_schema));
-  if (auto r = core->open(); !r) return std::move(r).error();
-  core->start_threads();
-  auto impl = std::make_unique<Impl>();
-  impl->core = std::move(core);
+  auto impl = std::make_shared<Impl>(std::move(options), std::move(quoted_schema));
+  if (auto r = impl->open(); !r) return std::move(r).error();
+  impl->engine.start(impl);
   return std::shared_ptr<PostgresJournal>(new PostgresJournal(std::move(impl)));
 }
 
-PostgresJournal::PostgresJournal(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+// The engine's handle shares ownership of the whole state.
+PostgresJournal::PostgresJournal(std::shared_ptr<Impl> impl)
+    : GroupCommitJournal(std::shared_ptr<detail::JournalEngine>(impl, &impl->engine)), impl_(std::move(impl)) {}
 
-PostgresJournal::~PostgresJournal() { impl_->core->shutdown(); }
-
-void PostgresJournal::append(AppendBatch batch, Callback<void> done) {
-  impl_->core->write({detail::JournalWrite::Kind::append, std::move(batch), 0, {}, std::move(done)});
+PostgresJournal::Stats PostgresJournal::stats() const {
+  return {GroupCommitJournal::stats(), impl_->shared.reconnects.load(std::memory_order_relaxed)};
 }
 
-void PostgresJournal::delete_up_to(std::string persistence_id, std::uint64_t to_seq, Callback<void> done) {
-  impl_->core->write({detail::JournalWrite::Kind::delete_to, AppendBatch{std::move(persistence_id), {}, {}}, to_seq,
-                      {}, std::move(done)});
-}
-
-void PostgresJournal::save_snapshot(std::string persistence_id, SnapshotRecord snapshot, Callback<void> done) {
-  impl_->core->write({detail::JournalWrite::Kind::snapshot, AppendBatch{std::move(persistence_id), {}, {}}, 0,
-                      std::move(snapshot), std::move(done)});
-}
-
-void PostgresJournal::raise_fence(std::string key, std::uint64_t value, Callback<void> done) {
-  impl_->core->write(
-      {detail::JournalWrite::Kind::fence, AppendBatch{std::move(key), {}, {}}, value, {}, std::move(done)});
-}
-
-void PostgresJournal::replay(std::string persistence_id, std::uint64_t from_seq, std::uint64_t to_seq,
-                             Callback<std::vector<EventRecord>> done) {
-  impl_->core->read(std::move(done), [id = std::move(persistence_id), from_seq, to_seq](PgReader& r) {
-    return r.replay(id, from_seq, to_seq);
-  });
-}
-
-void PostgresJournal::highest_seq(std::string persistence_id, Callback<std::uint64_t> done) {
-  auto* core = impl_->core.get();
-  core->read(std::move(done), [core, id = std::move(persistence_id)](PgReader& r) {
-    auto h = r.highest_seq(id);
-    if (h) core->hint(id, *h);
-    return h;
-  });
-}
-
-void PostgresJournal::load_snapshot(std::string persistence_id, Callback<std::optional<SnapshotRecord>> done) {
-  impl_->core->read(std::move(done), [id = std::move(persistence_id)](PgReader& r) { return r.load_snapshot(id); });
-}
-
-void PostgresJournal::recover(std::string persistence_id, Callback<Recovery> done) {
-  impl_->core->recover(std::move(persistence_id), std::move(done));
-}
-
-void PostgresJournal::highest_fence(Callback<std::uint64_t> done) {
-  impl_->core->read(std::move(done), [](PgReader& r) { return r.highest_fence(); });
-}
-
-PostgresJournal::Stats PostgresJournal::stats() const { return impl_->core->stats(); }
-
-std::uint64_t PostgresJournal::owner_incarnation() const noexcept { return impl_->core->owner_incarnation(); }
+std::uint64_t PostgresJournal::owner_incarnation() const noexcept { return impl_->shared.owner.value; }
 
 }  // namespace troupe

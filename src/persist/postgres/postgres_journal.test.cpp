@@ -20,15 +20,9 @@
 namespace {
 
 using namespace std::chrono_literals;
-using troupe::AppendBatch;
-using troupe::ErrorCode;
+using namespace troupe::test::journal_names;
 using troupe::PostgresJournal;
 using troupe::PostgresJournalOptions;
-using troupe::Result;
-namespace js = troupe::journal_sync;
-using troupe::test::batch;
-using troupe::test::range;
-using troupe::test::seqs;
 
 std::shared_ptr<PostgresJournal> open_journal(const std::string& conninfo, const std::string& schema,
                                               int unavailable_timeout_ms = 2000) {

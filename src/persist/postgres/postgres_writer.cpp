@@ -1,4 +1,6 @@
-// The PostgreSQL journal's writer lane. Three paths, from common to rare:
+// The PostgreSQL journal's writer lane: its connection, what it knows of
+// each id's highest seq, and the group path; the slow path and fences are in
+// postgres_slow_path.cpp. Three paths, from common to rare:
 //  - the group: everything on the lane that continues what the lane knows
 //    goes to the server as one pipeline of prepared statements (fence check,
 //    one multi-row INSERT of all appended events, snapshots, deletions) and
@@ -36,45 +38,20 @@ Result<void> validate_append(const AppendBatch& batch) {
   return {};
 }
 
+}  // namespace
+
 Error conflict(const AppendBatch& b) {
   return Error(ErrorCode::journal_conflict, printable(b.persistence_id) + " already holds one of sequence numbers " +
                                                 std::to_string(b.events.front().seq) + ".." +
                                                 std::to_string(b.events.back().seq) + ": another writer appended it");
 }
 
-// The stored fence check_fences reported (its DETAIL: "<index> <fence>").
 std::uint64_t refused_at(const Outcome& o) {
   auto space = o.detail.find(' ');
   if (space == std::string::npos) return 0;
   return std::strtoull(o.detail.c_str() + space + 1, nullptr, 10);
 }
 
-// The six event columns of `rows` batches, as arrays.
-struct RowArrays {
-  ArrayParam ids{kByteaOid}, seqs{kInt8Oid}, times{kInt8Oid}, types{kByteaOid}, versions{kInt8Oid},
-      payloads{kByteaOid};
-  void start(std::size_t n) {
-    for (ArrayParam* a : {&ids, &seqs, &times, &types, &versions, &payloads}) a->start(n);
-  }
-  template <class Record>
-  void add(const std::string& id, const Record& r) {
-    ids.bytes(id);
-    seqs.int8(static_cast<std::int64_t>(r.seq));
-    times.int8(r.timestamp_ms);
-    types.bytes(r.type);
-    versions.int8(static_cast<std::int64_t>(r.version));
-    payloads.bytes(r.payload);
-  }
-  Params params() {
-    Params p;
-    for (ArrayParam* a : {&ids, &seqs, &times, &types, &versions, &payloads}) p.array(a->take(), a->array_type());
-    return p;
-  }
-};
-
-// check_fences' arguments for the fenced appends among `batches`: each
-// (key, value) once, and the keys' locks once each, in ascending order (so
-// two writers never wait for each other's locks in a cycle).
 std::optional<Params> fence_check(const std::string& schema, const std::vector<const AppendBatch*>& batches) {
   std::set<std::pair<std::string, std::uint64_t>> pairs;
   std::set<std::int64_t> locks;
@@ -108,8 +85,6 @@ Params append_rows(const std::vector<const AppendBatch*>& batches) {
     for (const EventRecord& e : b->events) rows.add(b->persistence_id, e);
   return rows.params();
 }
-
-}  // namespace
 
 Result<PgConn> Shared::connect(const std::vector<Sql::Prepared>& statements) const {
   PgConn c(PQconnectdb(options.conninfo.c_str()));
@@ -178,7 +153,7 @@ void Writer::take_hints() {
   }
 }
 
-Result<std::vector<Writer::Highest>> Writer::read_highest(const std::vector<std::string>& ids, bool& lost) {
+Result<std::vector<detail::StoredHighest>> Writer::read_highest(const std::vector<std::string>& ids, bool& lost) {
   ArrayParam a(kByteaOid);
   a.start(ids.size());
   for (const auto& id : ids) a.bytes(id);
@@ -194,7 +169,7 @@ Result<std::vector<Writer::Highest>> Writer::read_highest(const std::vector<std:
     return Error(ErrorCode::journal_failed, "postgres journal: read the highest seq: " +
                                                 std::to_string(PQntuples(r)) + " rows for " +
                                                 std::to_string(ids.size()) + " ids");
-  std::vector<Highest> out(ids.size());
+  std::vector<detail::StoredHighest> out(ids.size());
   for (int row = 0; row < PQntuples(r); ++row) {
     std::uint64_t* values[] = {&out[static_cast<std::size_t>(row)].max_seq,
                                &out[static_cast<std::size_t>(row)].deleted_to};
@@ -213,7 +188,8 @@ Result<std::vector<Writer::Highest>> Writer::read_highest(const std::vector<std:
   return out;
 }
 
-void Writer::commit(std::span<JournalWrite> ops, std::span<Result<void>> results) {
+detail::Committed Writer::commit(std::span<JournalWrite> ops, std::span<Result<void>> results) {
+  committed_ = {};
   const auto deadline = Clock::now() + std::chrono::milliseconds(shared_.options.unavailable_timeout_ms);
   take_hints();
   enum class Route : std::uint8_t { done, group, slow, fence };
@@ -247,7 +223,7 @@ void Writer::commit(std::span<JournalWrite> ops, std::span<Result<void>> results
     }
   }
   if (!unknown.empty()) {
-    Result<std::vector<Highest>> read = Error(ErrorCode::journal_failed, "not read");
+    Result<std::vector<detail::StoredHighest>> read = Error(ErrorCode::journal_failed, "not read");
     std::string why;
     for (;;) {
       if (!ensure_connected(deadline, why)) {
@@ -324,6 +300,7 @@ void Writer::commit(std::span<JournalWrite> ops, std::span<Result<void>> results
     else if (*r > ops[i].value)
       results[i] = fence_lowered(ops[i].key(), ops[i].value, *r);
   }
+  return committed_;
 }
 
 Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::vector<std::size_t>& group,
@@ -372,8 +349,7 @@ Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::ve
     }
     Outcome o = run_pipeline(conn_.get(), calls);
     if (o.ok) {
-      shared_.transactions.fetch_add(1, std::memory_order_relaxed);
-      shared_.events_written.fetch_add(events, std::memory_order_relaxed);
+      count_commit(events);
       return GroupEnd::committed;
     }
     if (!o.lost) return GroupEnd::rolled_back;
@@ -382,8 +358,7 @@ Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::ve
     drop_connection();
     std::optional<bool> stored = appends.empty() ? std::nullopt : verify(*appends.front(), deadline);
     if (stored == true) {
-      shared_.transactions.fetch_add(1, std::memory_order_relaxed);
-      shared_.events_written.fetch_add(events, std::memory_order_relaxed);
+      count_commit(events);
       return GroupEnd::committed;
     }
     if (stored == false && Clock::now() < deadline) continue;  // nothing stored: send it again
@@ -410,193 +385,6 @@ std::optional<bool> Writer::verify(const AppendBatch& batch, Clock::time_point d
     if (o.ok) return PQntuples(o.res.get()) > 0;
     if (!o.lost || Clock::now() >= deadline) return std::nullopt;
     drop_connection();
-  }
-}
-
-void Writer::commit_slow(std::span<JournalWrite> ops, const std::vector<std::size_t>& slow,
-                         std::span<Result<void>> results, Clock::time_point deadline) {
-  auto fail_all = [&](const std::string& why) {
-    forget();
-    for (std::size_t i : slow)
-      results[i] = Error(ErrorCode::journal_failed, "postgres journal: " + why + "; nothing of it was stored");
-  };
-  // A transaction lost before COMMIT stored nothing and is repeated on a new
-  // connection while the deadline allows; one lost during COMMIT is not.
-  for (;;) {
-    std::string why;
-    if (!ensure_connected(deadline, why)) return fail_all("the server is unreachable: " + why);
-    PGconn* c = conn_.get();
-    Outcome b = run(c, "BEGIN");
-    if (!b.ok) {
-      if (b.lost && Clock::now() < deadline) continue;
-      return fail_all("begin a transaction: " + b.message);
-    }
-    std::uint64_t written = 0;
-    bool lost = false;
-    std::string lost_why;
-    for (std::size_t i : slow) {
-      Result<void> r = apply_one(ops[i], written, lost);
-      if (lost) {
-        lost_why = r.ok() ? "the transaction was lost" : r.error().message();
-        break;
-      }
-      results[i] = std::move(r);
-    }
-    if (lost) {
-      forget();
-      if (PQstatus(c) == CONNECTION_OK) (void)run(c, "ROLLBACK");
-      if (PQstatus(c) != CONNECTION_OK && Clock::now() < deadline) continue;
-      return fail_all(lost_why);
-    }
-    Outcome cm = run(c, "COMMIT");
-    if (cm.ok && cm.res && std::strcmp(PQcmdStatus(cm.res.get()), "ROLLBACK") == 0) {
-      cm.ok = false;
-      cm.message = "the server rolled the transaction back";
-    }
-    if (!cm.ok) {
-      forget();
-      for (std::size_t i : slow) {
-        if (!results[i].ok()) continue;  // its own failure stands: it was rolled back to its savepoint anyway
-        results[i] = Error(ErrorCode::journal_failed,
-                           cm.lost ? "postgres journal: the connection was lost during COMMIT; the outcome is "
-                                     "unknown (the write may or may not be stored): " + cm.message
-                                   : "postgres journal: COMMIT failed, nothing was stored: " + cm.message);
-      }
-      return;
-    }
-    shared_.transactions.fetch_add(1, std::memory_order_relaxed);
-    shared_.events_written.fetch_add(written, std::memory_order_relaxed);
-    for (std::size_t i : slow) {
-      if (ops[i].kind != Kind::append) continue;
-      if (results[i].ok())
-        highest_[ops[i].key()] = ops[i].batch.events.back().seq;
-      else
-        highest_.erase(ops[i].key());
-    }
-    return;
-  }
-}
-
-Result<void> Writer::apply_one(JournalWrite& op, std::uint64_t& written, bool& lost) {
-  PGconn* c = conn_.get();
-  Outcome sp = run(c, "SAVEPOINT op");
-  if (!sp.ok) {
-    lost = true;
-    return failed("savepoint", sp);
-  }
-  Result<void> r;
-  switch (op.kind) {
-    case Kind::append:
-      r = slow_append(op.batch, lost);
-      if (r) written += op.batch.events.size();
-      break;
-    case Kind::delete_to: {
-      Params p;
-      p.bytes(op.key());
-      p.int8(static_cast<std::int64_t>(std::min(op.value, kMaxSeq)));
-      Outcome o = run_prepared(c, Sql::kDeleteTo, p);
-      if (!o.ok) {
-        lost = o.lost;
-        r = failed("delete the events of " + printable(op.key()) + " up to " + std::to_string(op.value), o);
-      }
-      break;
-    }
-    case Kind::snapshot: {
-      RowArrays rows;
-      rows.start(1);
-      rows.add(op.key(), op.snapshot);
-      Outcome o = run_prepared(c, Sql::kInsertSnapshots, rows.params());
-      if (o.ok) {
-        ArrayParam ids(kByteaOid);
-        ids.start(1);
-        ids.bytes(op.key());
-        Params p;
-        p.array(ids.take(), ids.array_type());
-        o = run_prepared(c, Sql::kPruneSnapshots, p);
-      }
-      if (!o.ok) {
-        lost = o.lost;
-        r = failed("save a snapshot of " + printable(op.key()) + " at " + std::to_string(op.snapshot.seq), o);
-      }
-      break;
-    }
-    case Kind::fence: break;  // never routed here
-  }
-  if (lost) return r;
-  Outcome end = run(c, r.ok() ? "RELEASE SAVEPOINT op" : "ROLLBACK TO SAVEPOINT op");
-  if (!end.ok) {
-    lost = true;
-    return failed("end the savepoint", end);
-  }
-  return r;
-}
-
-Result<void> Writer::slow_append(AppendBatch& batch, bool& lost) {
-  const std::string& id = batch.persistence_id;
-  auto h = read_highest({id}, lost);
-  if (!h) return std::move(h).error();
-  const std::uint64_t highest = h->front().value();
-  const std::uint64_t first = batch.events.front().seq;
-  if (first <= highest)
-    return Error(ErrorCode::journal_conflict, printable(id) + " already holds sequence number " +
-                                                  std::to_string(first) + ": another writer appended it");
-  if (first != highest + 1)
-    return Error(ErrorCode::journal_conflict, "append to " + printable(id) + " at " + std::to_string(first) +
-                                                  " would leave a gap after " + std::to_string(highest));
-  std::vector<const AppendBatch*> one{&batch};
-  if (auto f = fence_check(shared_.options.schema, one)) {
-    Outcome o = run_prepared(conn_.get(), Sql::kCheckFences, *f);
-    if (!o.ok) {
-      lost = o.lost;
-      if (o.sqlstate == kFenceRefused) return fence_refused(batch, refused_at(o));
-      return failed("check the fence of " + printable(id), o);
-    }
-  }
-  Outcome o = run_prepared(conn_.get(), Sql::kAppend, append_rows(one));
-  if (!o.ok) {
-    lost = o.lost;
-    if (o.sqlstate == kUniqueViolation) return conflict(batch);
-    return failed("append " + printable(id) + " seq " + std::to_string(first), o);
-  }
-  return {};
-}
-
-Result<std::uint64_t> Writer::raise(const std::string& key, std::uint64_t value, bool bump,
-                                    Clock::time_point deadline) {
-  const std::int64_t lock = fence_lock(shared_.options.schema, key);
-  for (;;) {
-    std::string why;
-    if (!ensure_connected(deadline, why))
-      return Error(ErrorCode::journal_failed, "postgres journal: raise the fence " + printable(key) +
-                                                  ": the server is unreachable: " + why);
-    PGconn* c = conn_.get();
-    // The lock waits for the appends in flight under this fence and keeps
-    // new ones out until the raise commits. lock_timeout bounds the wait.
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    Outcome o = run(c, "BEGIN");
-    if (o.ok) o = run(c, "SET LOCAL lock_timeout = " + std::to_string(std::max<long long>(left, 100)));
-    if (o.ok) {
-      Params p;
-      p.int8(lock);
-      o = run(c, "SELECT pg_advisory_xact_lock($1)", &p);
-    }
-    std::uint64_t stored = 0;
-    if (o.ok) {
-      Params p;
-      p.bytes(key);
-      if (!bump) p.int8(static_cast<std::int64_t>(value));
-      o = run(c, bump ? shared_.sql.bump_fence : shared_.sql.raise_fence, &p);
-      if (o.ok && PQntuples(o.res.get()) == 1 && PQgetlength(o.res.get(), 0, 0) == 8)
-        stored = static_cast<std::uint64_t>(read_int8(PQgetvalue(o.res.get(), 0, 0)));
-    }
-    if (o.ok) o = run(c, "COMMIT");
-    if (o.ok) return stored;
-    if (o.lost && Clock::now() < deadline) {
-      drop_connection();
-      continue;
-    }
-    if (PQstatus(c) == CONNECTION_OK) (void)run(c, "ROLLBACK");
-    return failed("raise the fence " + printable(key), o);
   }
 }
 

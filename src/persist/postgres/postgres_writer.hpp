@@ -23,7 +23,7 @@ namespace troupe::pg {
 using Clock = std::chrono::steady_clock;
 
 // What the lanes, the readers and the public object share. Fixed once
-// open() returned, except the counters.
+// open() returned, except `reconnects`.
 struct Shared {
   Shared(PostgresJournalOptions o, std::string quoted_schema)
       : options(std::move(o)), sql(quoted_schema) {}
@@ -37,10 +37,46 @@ struct Shared {
   // incarnation); value 0 when there is no owner.
   Fence owner;
 
-  std::atomic<std::uint64_t> transactions{0};
-  std::atomic<std::uint64_t> events_written{0};
   std::atomic<std::uint64_t> reconnects{0};
 };
+
+// --- what both of the writer's paths send and read (postgres_writer.cpp) ---
+
+// The six event columns of `rows` batches, as arrays.
+struct RowArrays {
+  ArrayParam ids{kByteaOid}, seqs{kInt8Oid}, times{kInt8Oid}, types{kByteaOid}, versions{kInt8Oid},
+      payloads{kByteaOid};
+  void start(std::size_t n) {
+    for (ArrayParam* a : {&ids, &seqs, &times, &types, &versions, &payloads}) a->start(n);
+  }
+  template <class Record>
+  void add(const std::string& id, const Record& r) {
+    ids.bytes(id);
+    seqs.int8(static_cast<std::int64_t>(r.seq));
+    times.int8(r.timestamp_ms);
+    types.bytes(r.type);
+    versions.int8(static_cast<std::int64_t>(r.version));
+    payloads.bytes(r.payload);
+  }
+  Params params() {
+    Params p;
+    for (ArrayParam* a : {&ids, &seqs, &times, &types, &versions, &payloads}) p.array(a->take(), a->array_type());
+    return p;
+  }
+};
+
+// check_fences' arguments for the fenced appends among `batches`: each
+// (key, value) once, and the keys' locks once each, in ascending order (so
+// two writers never wait for each other's locks in a cycle).
+std::optional<Params> fence_check(const std::string& schema, const std::vector<const AppendBatch*>& batches);
+// The kAppend arguments: every event of `batches`.
+Params append_rows(const std::vector<const AppendBatch*>& batches);
+// The journal_conflict of a batch the primary key refused.
+Error conflict(const AppendBatch& b);
+// The stored fence check_fences reported (its DETAIL: "<index> <fence>").
+std::uint64_t refused_at(const Outcome& o);
+
+// --- the lane -----------------------------------------------------------------
 
 class Writer final : public detail::JournalLane {
  public:
@@ -49,7 +85,7 @@ class Writer final : public detail::JournalLane {
   // The first connection, made by open().
   Result<void> connect_now();
 
-  void commit(std::span<detail::JournalWrite> ops, std::span<Result<void>> results) override;
+  detail::Committed commit(std::span<detail::JournalWrite> ops, std::span<Result<void>> results) override;
 
   // The highest seq a reader saw stored for `id`: saves the lane a read
   // before the id's next append. Any thread.
@@ -61,16 +97,12 @@ class Writer final : public detail::JournalLane {
 
  private:
   enum class GroupEnd { committed, rolled_back, failed };
-  struct Highest {
-    std::uint64_t max_seq = 0, deleted_to = 0;
-    std::uint64_t value() const { return std::max(max_seq, deleted_to); }
-  };
 
   bool ensure_connected(Clock::time_point deadline, std::string& why);
   void drop_connection() { conn_.reset(); }
   void take_hints();
   void forget() { highest_.clear(); }
-  Result<std::vector<Highest>> read_highest(const std::vector<std::string>& ids, bool& lost);
+  Result<std::vector<detail::StoredHighest>> read_highest(const std::vector<std::string>& ids, bool& lost);
   GroupEnd commit_group(std::span<detail::JournalWrite> ops, const std::vector<std::size_t>& group,
                         Clock::time_point deadline, Error& error);
   void commit_slow(std::span<detail::JournalWrite> ops, const std::vector<std::size_t>& slow,
@@ -81,8 +113,15 @@ class Writer final : public detail::JournalLane {
   Result<void> slow_append(AppendBatch& batch, bool& lost);
   std::optional<bool> verify(const AppendBatch& batch, Clock::time_point deadline);
 
+  // A transaction of `events` appended events committed.
+  void count_commit(std::uint64_t events) {
+    ++committed_.transactions;
+    committed_.events += events;
+  }
+
   Shared& shared_;
   PgConn conn_;
+  detail::Committed committed_;  // by the commit() under way
   int backoff_ms_ = 0;
   Clock::time_point next_attempt_{};
   std::string last_connect_error_;

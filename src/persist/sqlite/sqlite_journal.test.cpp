@@ -35,20 +35,10 @@
 namespace {
 
 using namespace std::chrono_literals;
-using troupe::AppendBatch;
+using namespace troupe::test::journal_names;
 using troupe::Durability;
-using troupe::ErrorCode;
-using troupe::EventRecord;
-using troupe::Result;
-using troupe::SnapshotRecord;
 using troupe::SqliteJournal;
 using troupe::SqliteJournalOptions;
-namespace js = troupe::journal_sync;
-using troupe::test::batch;
-using troupe::test::event;
-using troupe::test::range;
-using troupe::test::seqs;
-using troupe::test::TempDir;
 
 
 

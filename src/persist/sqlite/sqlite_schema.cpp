@@ -1,0 +1,145 @@
+// The file the SQLite journal's writer opens: WAL mode, the durability
+// setting, and the schema (created in a new file, migrated from an older
+// layout, refused when newer or another application's). The layout is
+// documented in doc/journal.md; keep the two in step.
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "sqlite_support.hpp"
+#include "sqlite_writer.hpp"
+
+namespace troupe::sqlite {
+namespace {
+
+// PRAGMA user_version of the layout below. A file with a higher number was
+// written by a newer troupe: refuse it rather than misread it.
+constexpr int kSchemaVersion = 2;
+// PRAGMA application_id ("trup"): tells a troupe journal from some other
+// application's SQLite file, which open() must not add tables to.
+constexpr int kApplicationId = 0x74727570;
+
+
+constexpr const char* kCreateSchema = R"sql(
+CREATE TABLE events (
+  persistence_id TEXT    NOT NULL,
+  seq            INTEGER NOT NULL,
+  timestamp_ms   INTEGER,
+  type           TEXT,
+  version        INTEGER,
+  payload        BLOB,
+  PRIMARY KEY (persistence_id, seq)
+);
+CREATE TABLE deletions (
+  persistence_id TEXT    NOT NULL PRIMARY KEY,
+  deleted_to     INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE snapshots (
+  persistence_id TEXT    NOT NULL,
+  seq            INTEGER NOT NULL,
+  timestamp_ms   INTEGER,
+  type           TEXT,
+  version        INTEGER,
+  payload        BLOB,
+  PRIMARY KEY (persistence_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE fences (
+  key   TEXT    NOT NULL PRIMARY KEY,
+  fence INTEGER NOT NULL
+) WITHOUT ROWID;
+PRAGMA application_id = 1953658224;
+PRAGMA user_version = 2;
+)sql";
+// Schema 1 had no fences.
+constexpr const char* kMigrateFrom1 = R"sql(
+CREATE TABLE fences (
+  key   TEXT    NOT NULL PRIMARY KEY,
+  fence INTEGER NOT NULL
+) WITHOUT ROWID;
+PRAGMA user_version = 2;
+)sql";
+static_assert(kApplicationId == 1953658224, "kCreateSchema spells the application id in decimal");
+
+// Checks the schema under the write lock, creating it in a new file and
+// migrating an older layout, so two first opens cannot both create it (the
+// lock file already excludes that; this keeps the check honest for files
+// touched by other tools).
+Result<void> check_schema(sqlite3* db, const std::string& path) {
+  if (auto r = exec(db, path, "BEGIN IMMEDIATE", "begin the schema check"); !r) return r;
+  auto schema = [&]() -> Result<void> {
+    auto pragma_int = [&](const char* sql, std::int64_t& v) -> Result<void> {
+      Stmt s;
+      if (auto r = prepare(db, path, sql, s); !r) return r;
+      ResetOnExit reset(s.get());
+      if (sqlite3_step(s.get()) != SQLITE_ROW) return failed(path, std::string("read ") + sql, db);
+      v = sqlite3_column_int64(s.get(), 0);
+      return {};
+    };
+    std::int64_t version = 0, app = 0, tables = 0;
+    if (auto r = pragma_int("PRAGMA user_version", version); !r) return r;
+    if (auto r = pragma_int("PRAGMA application_id", app); !r) return r;
+    if (auto r = pragma_int("SELECT count(*) FROM sqlite_schema", tables); !r) return r;
+    if (version == 0 && app == 0 && tables == 0) return exec(db, path, kCreateSchema, "create the tables");
+    if (app != kApplicationId)
+      return Error(ErrorCode::journal_failed, "sqlite journal " + quoted(path) +
+                                                  ": the file is an SQLite database of another application "
+                                                  "(application_id " + std::to_string(app) + "), not a journal");
+    if (version > kSchemaVersion)
+      return Error(ErrorCode::journal_failed,
+                   "sqlite journal " + quoted(path) + ": schema version " + std::to_string(version) +
+                       " is newer than this build understands (" + std::to_string(kSchemaVersion) + ")");
+    if (version == 1) return exec(db, path, kMigrateFrom1, "add the fences table (schema 1 to 2)");
+    if (version != kSchemaVersion)
+      return Error(ErrorCode::journal_failed, "sqlite journal " + quoted(path) + ": unknown schema version " +
+                                                  std::to_string(version));
+    return {};
+  }();
+  if (!schema) {
+    (void)exec(db, path, "ROLLBACK", "roll back the schema check");
+    return schema;
+  }
+  return exec(db, path, "COMMIT", "commit the schema");
+}
+
+}  // namespace
+
+Result<void> open_for_writing(Connection& conn, const SqliteJournalOptions& options) {
+  const std::string& path = options.path;
+  // NOMUTEX: each connection is used by one thread at a time, so SQLite's
+  // per-connection mutex would only cost.
+  int rc = sqlite3_open_v2(path.c_str(), conn.out(),
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  sqlite3* db = conn.get();
+  if (rc != SQLITE_OK) return failed(path, "open for writing", db);
+  sqlite3_busy_timeout(db, options.busy_timeout_ms);
+
+  // journal_mode is the first statement that reads the file: a file that is
+  // not a database fails here with SQLITE_NOTADB.
+  {
+    Stmt s;
+    if (auto r = prepare(db, path, "PRAGMA journal_mode = WAL", s); !r) return r;
+    ResetOnExit reset(s.get());
+    if (sqlite3_step(s.get()) != SQLITE_ROW) return failed(path, "switch to WAL mode", db);
+    const auto* mode = reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0));
+    if (mode == nullptr || std::string_view(mode) != "wal")
+      return Error(ErrorCode::journal_failed, "sqlite journal " + quoted(path) +
+                                                  ": cannot use WAL mode (journal_mode is " +
+                                                  (mode != nullptr ? mode : "unknown") + ")");
+  }
+  const char* sync =
+      options.durability == Durability::full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL";
+  if (auto r = exec(db, path, sync, "set synchronous"); !r) return r;
+  // A commit of N entities' events dirties about one index page per entity;
+  // a cache that holds them saves re-reading them on the next commit, and a
+  // longer WAL between checkpoints lets one checkpoint write a hot page once
+  // for several commits. Numbers measured with 10,000 entities appending.
+  if (auto r = exec(db, path, "PRAGMA cache_size = -65536", "set cache_size"); !r) return r;
+  if (auto r = exec(db, path, "PRAGMA wal_autocheckpoint = 8192", "set wal_autocheckpoint"); !r) return r;
+
+  return check_schema(db, path);
+}
+
+}  // namespace troupe::sqlite

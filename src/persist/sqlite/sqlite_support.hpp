@@ -1,0 +1,150 @@
+#pragma once
+// What the SQLite journal's writer and readers share: the statements they
+// prepare, RAII handles for connections and statements, running and binding
+// statements, error messages, and the lock file that keeps a second process
+// out. Internal to src/persist/sqlite; the layout is documented in
+// doc/journal.md.
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "troupe/persist/journal.hpp"
+
+namespace troupe::sqlite {
+
+// SQLite's INTEGER is a signed 64-bit number; sequence numbers above this
+// cannot be stored.
+constexpr std::uint64_t kMaxSeq = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+// Bound on the writer's highest-seq cache; past it the cache starts over
+// (entries are reloaded from the database on next use).
+constexpr std::size_t kMaxCachedIds = std::size_t{1} << 20;
+
+inline constexpr const char* kInsertEvent =
+    "INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+// Both halves of "highest": the largest stored seq and the deletion mark.
+// One statement, so one consistent read even outside a transaction.
+inline constexpr const char* kSelectHighest =
+    "SELECT (SELECT max(seq) FROM events WHERE persistence_id = ?1), "
+    "(SELECT deleted_to FROM deletions WHERE persistence_id = ?1)";
+inline constexpr const char* kDeleteEvents = "DELETE FROM events WHERE persistence_id = ?1 AND seq <= ?2";
+inline constexpr const char* kUpsertDeletion =
+    "INSERT INTO deletions (persistence_id, deleted_to) VALUES (?1, ?2) "
+    "ON CONFLICT (persistence_id) DO UPDATE SET deleted_to = max(deleted_to, excluded.deleted_to)";
+inline constexpr const char* kInsertSnapshot =
+    "INSERT OR REPLACE INTO snapshots (persistence_id, seq, timestamp_ms, type, version, payload) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+inline constexpr const char* kPruneSnapshots =
+    "DELETE FROM snapshots WHERE persistence_id = ?1 AND "
+    "seq < (SELECT max(seq) FROM snapshots WHERE persistence_id = ?1)";
+inline constexpr const char* kSelectFence = "SELECT fence FROM fences WHERE key = ?1";
+inline constexpr const char* kUpsertFence =
+    "INSERT INTO fences (key, fence) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET fence = excluded.fence";
+inline constexpr const char* kSelectHighestFence = "SELECT coalesce(max(fence), 0) FROM fences";
+inline constexpr const char* kSelectEvents =
+    "SELECT seq, timestamp_ms, type, version, payload FROM events "
+    "WHERE persistence_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq";
+inline constexpr const char* kSelectSnapshot =
+    "SELECT seq, timestamp_ms, type, version, payload FROM snapshots "
+    "WHERE persistence_id = ?1 ORDER BY seq DESC LIMIT 1";
+
+// --- RAII handles ---------------------------------------------------------------
+
+// A prepared statement, finalized on destruction.
+class Stmt {
+ public:
+  Stmt() = default;
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+  sqlite3_stmt* get() const noexcept { return s_; }
+  sqlite3_stmt** out() noexcept { return &s_; }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+};
+
+// Resets a statement when the scope ends, so no statement stays active (an
+// active statement keeps its read transaction, and its snapshot, open).
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(sqlite3_stmt* s) : s_(s) {}
+  ~ResetOnExit() { sqlite3_reset(s_); }
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+
+ private:
+  sqlite3_stmt* s_;
+};
+
+// A connection, closed on destruction (after its statements, which are
+// declared after it and so destroyed first; close_v2 copes either way).
+class Connection {
+ public:
+  Connection() = default;
+  ~Connection() { sqlite3_close_v2(db_); }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  sqlite3* get() const noexcept { return db_; }
+  sqlite3** out() noexcept { return &db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+// A path or an id as messages show it: 'text'.
+std::string quoted(std::string_view s);
+// journal_failed naming the file, what was being done and SQLite's message.
+Error failed(const std::string& path, std::string_view doing, sqlite3* db);
+// Runs SQL text (one or more statements, no rows).
+Result<void> exec(sqlite3* db, const std::string& path, const char* sql, std::string_view doing);
+Result<void> prepare(sqlite3* db, const std::string& path, const char* sql, Stmt& out);
+// A statement to prepare, and the handle that keeps it.
+struct Prepared {
+  Stmt* stmt;
+  const char* sql;
+};
+Result<void> prepare_all(sqlite3* db, const std::string& path, std::initializer_list<Prepared> statements);
+// Runs a statement that returns no rows (BEGIN, COMMIT, SAVEPOINT, ...).
+Result<void> run(sqlite3* db, const std::string& path, sqlite3_stmt* s, std::string_view doing);
+
+// Binding with SQLITE_STATIC: every caller keeps the bytes alive until the
+// statement has been stepped and reset, and rebinds before the next step.
+inline int bind_text(sqlite3_stmt* s, int i, const std::string& v) {
+  return sqlite3_bind_text64(s, i, v.data(), v.size(), SQLITE_STATIC, SQLITE_UTF8);
+}
+inline int bind_blob(sqlite3_stmt* s, int i, const std::string& v) {
+  // data() is never null, so an empty payload is a zero-length BLOB, not NULL.
+  return sqlite3_bind_blob64(s, i, v.data(), v.size(), SQLITE_STATIC);
+}
+inline int bind_seq(sqlite3_stmt* s, int i, std::uint64_t v) {
+  return sqlite3_bind_int64(s, i, static_cast<sqlite3_int64>(std::min(v, kMaxSeq)));
+}
+
+// A column type's SQL name, for corrupt_record messages.
+const char* type_name(int t);
+Error closed_error(const std::string& path);
+
+// The exclusive advisory lock on "<path>.lock" that keeps a second process
+// (or a second open() in this one: flock locks belong to the open file, not
+// the process) from writing the same journal. Released when destroyed.
+class LockFile {
+ public:
+  LockFile() = default;
+  ~LockFile();
+  LockFile(const LockFile&) = delete;
+  LockFile& operator=(const LockFile&) = delete;
+  Result<void> acquire(const std::string& db_path);
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace troupe::sqlite
