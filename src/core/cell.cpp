@@ -594,6 +594,11 @@ void CellBase::set_behavior(void* b, void (*deleter)(void*)) noexcept {
   }
 }
 
+void WatchEnvelope::run(CellBase& c) {
+  std::unique_ptr<WatchEnvelope> self(this);
+  c.add_watcher(std::move(notifier));
+}
+
 void WatchEnvelope::drop(CellBase& c) {
   std::unique_ptr<WatchEnvelope> self(this);
   notifier->notify(c, c.exit_reason(), c.exit_detail());
@@ -613,3 +618,12 @@ void UnwatchEnvelope::run(CellBase& c) {
 }
 
 }  // namespace troupe::detail
+
+namespace troupe {
+
+const std::string& AnyRef::name() const {
+  static const std::string empty;
+  return cell_ ? cell_->name() : empty;
+}
+
+}  // namespace troupe

@@ -97,4 +97,63 @@ std::int64_t wall_ms(WallTime t) noexcept {
   return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
+Result<void> check_registry_settings(EntitySettings& settings, bool has_journal, bool has_codecs,
+                                     bool has_state_codec, bool can_build_behaviour, std::size_t threads) {
+  auto bad = [](std::string m) { return Error(ErrorCode::invalid_argument, std::move(m)); };
+  if (settings.type_name.empty()) return bad("entity type name is empty");
+  if (settings.type_name.find('|') != std::string::npos)
+    return bad("entity type name '" + settings.type_name + "' contains '|'");
+  if (!has_journal) return bad("entity type '" + settings.type_name + "': no journal");
+  if (!has_codecs) return bad("entity type '" + settings.type_name + "': no event codecs registered");
+  if (settings.stash_capacity == 0) return bad("entity type '" + settings.type_name + "': stash capacity is 0");
+  if (settings.snapshot_every && !has_state_codec)
+    return bad("entity type '" + settings.type_name + "': snapshot_every needs a state codec");
+  if (!can_build_behaviour)
+    return bad("entity type '" + settings.type_name + "': no factory and the behaviour has no default constructor");
+  if (settings.idle_timeout < Duration::zero()) settings.idle_timeout = Duration::zero();
+  if (settings.shards == 0) settings.shards = 8 * std::max<std::size_t>(1, threads);
+  return {};
+}
+
+std::optional<bool> RegistryStop::begin(bool immediate) {
+  std::lock_guard lk(mu_);
+  if (begun_ && (!immediate || immediate_)) return std::nullopt;
+  bool first = !begun_;
+  begun_ = true;
+  immediate_ = immediate_ || immediate;
+  return first;
+}
+
+void RegistryStop::shard_stopped(std::size_t shards) {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard lk(mu_);
+    ++stopped_;
+    cv_.notify_all();
+    if (stopped_ == shards) run.swap(callbacks_);
+  }
+  for (auto& f : run) f();
+}
+
+bool RegistryStop::wait_stopped(std::chrono::steady_clock::duration bound, std::size_t shards) {
+  std::unique_lock lk(mu_);
+  return cv_.wait_for(lk, bound, [&] { return stopped_ == shards; });
+}
+
+void RegistryStop::when_stopped(std::function<void()> f, std::size_t shards) {
+  {
+    std::lock_guard lk(mu_);
+    if (stopped_ < shards) {
+      callbacks_.push_back(std::move(f));
+      return;
+    }
+  }
+  f();
+}
+
+Duration graceful_stop_bound(const EntitySettings& settings, const EntityCounters& counters) noexcept {
+  if (settings.stop_timeout > Duration::zero()) return settings.stop_timeout;
+  return Duration(counters.longest_processing_ns.load(std::memory_order_relaxed)) + std::chrono::seconds(1);
+}
+
 }  // namespace troupe::detail

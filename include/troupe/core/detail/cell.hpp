@@ -2,8 +2,8 @@
 // Runtime internals shared by the typed front end (actor.hpp) and src/core.
 // Not part of the public API: names and layout change without notice.
 //
-// An actor lives in one heap block, a `CellImpl<A>` (actor.hpp): the runtime
-// header `CellBase` below, followed by the user's actor object. The header is
+// An actor lives in one heap block, a `CellImpl<A>` (typed_cell.hpp): the
+// runtime header `CellBase` below, followed by the user's actor object. The header is
 // kept to 80 bytes; everything an actor may never use (name, timers, stash,
 // watchers, children, bounded-mailbox counter, behaviour stack) lives in an
 // `Extras` block allocated on first use.

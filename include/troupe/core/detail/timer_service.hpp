@@ -8,9 +8,9 @@
 //
 // Cancellation removes the node from the heap (O(log n)), so a cancelled timer
 // costs no memory until its deadline. Whether a fire that already left the
-// heap still counts is NOT decided here: actor timers carry a generation that
-// the actor checks when the fire reaches it (see actor.hpp), which is what
-// makes a stale fire impossible to observe.
+// heap still counts is NOT decided here: actor timers carry a generation
+// that the actor checks when the fire reaches it (see actor_timers.hpp),
+// which is what makes a stale fire impossible to observe.
 //
 // Thread-safety: all members are thread-safe. fire() runs without the lock
 // held, so it may schedule or cancel timers.
