@@ -28,7 +28,7 @@
 // the connection's timestamps and decides (idle, slow request, stalled
 // write, end of a lingering close).
 
-#include "../../cluster/asio_headers.hpp"  // first: see there
+#include "../asio_headers.hpp"  // first: see there
 
 #include <algorithm>
 #include <cstdio>
@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "parser.hpp"
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 
 namespace troupe::http {
 
