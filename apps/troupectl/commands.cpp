@@ -16,7 +16,8 @@
 #include <variant>
 
 #include "json_fields.hpp"
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
+#include "troupe/net/url.hpp"
 
 namespace troupe::ctl {
 
@@ -30,47 +31,21 @@ Result<NodeUrl> parse_node_url(std::string_view url) {
   auto bad = [&](std::string why) {
     return Error(ErrorCode::invalid_argument, "--node '" + std::string(url) + "': " + std::move(why));
   };
-  constexpr std::string_view scheme = "http://";
-  if (url.substr(0, scheme.size()) != scheme) {
-    if (url.find("://") != std::string_view::npos)
-      return bad("only http:// is supported (the admin API has no TLS; put a proxy in front for that)");
-    return bad("expected http://host:port");
+  auto parsed = http::parse_url(url);
+  if (!parsed.ok()) {
+    std::string why = parsed.error().message();
+    if (url.find("://") != std::string_view::npos && url.substr(0, 7) != "http://")
+      why += " (the admin API has no TLS; put a proxy in front for that)";
+    return bad(std::move(why));
   }
-  std::string_view rest = url.substr(scheme.size());
-  auto slash = rest.find('/');
-  std::string_view authority = rest.substr(0, slash);
   NodeUrl out;
-  if (slash != std::string_view::npos) {
-    std::string_view path = rest.substr(slash);
+  out.host = std::move(parsed->host);
+  out.port = parsed->port;
+  if (parsed->has_path) {
+    std::string_view path = parsed->target;
     while (!path.empty() && path.back() == '/') path.remove_suffix(1);
     if (path.find_first_of("?#") != std::string_view::npos) return bad("no query or fragment allowed");
     out.prefix = std::string(path);
-  }
-  if (authority.find('@') != std::string_view::npos) return bad("no user information allowed");
-  std::string_view host = authority;
-  std::string_view port;
-  if (!authority.empty() && authority.front() == '[') {
-    auto close = authority.find(']');
-    if (close == std::string_view::npos) return bad("unclosed '[' in the host");
-    host = authority.substr(1, close - 1);
-    std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') return bad("expected ':' after the IPv6 address");
-      port = after.substr(1);
-    }
-  } else if (auto colon = authority.rfind(':'); colon != std::string_view::npos) {
-    host = authority.substr(0, colon);
-    port = authority.substr(colon + 1);
-  }
-  if (host.empty()) return bad("no host");
-  out.host = std::string(host);
-  if (!port.empty() || authority.back() == ':') {
-    unsigned long p = 0;
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos)
-      return bad("the port must be a number from 1 to 65535");
-    p = std::stoul(std::string(port));
-    if (p < 1 || p > 65535) return bad("the port must be a number from 1 to 65535");
-    out.port = static_cast<std::uint16_t>(p);
   }
   return out;
 }
@@ -178,9 +153,7 @@ class NodeApi {
     cs.max_connections = 1;
     cs.request_timeout = timeout;
     cs.connect_timeout = std::min<Duration>(timeout, std::chrono::seconds(5));
-    const std::string where =
-        (parsed_.host.find(':') != std::string::npos ? "[" + parsed_.host + "]" : parsed_.host) + ":" +
-        std::to_string(parsed_.port);
+    const std::string where = http::authority(parsed_.host, parsed_.port);
     auto client = http::Client::create(cs);
     if (!client.ok()) return unreachable(reason_of(client.error(), where));
     http::ClientRequest req;

@@ -35,7 +35,7 @@
 #include "common/journal_append.hpp"
 #include "common/report.hpp"
 #include "processes.hpp"
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 
 #if defined(TROUPE_BENCH_PAYMENT_SERVICE) && defined(TROUPE_BENCH_PAYMENT_GATEWAY) && \
     defined(TROUPE_BENCH_PAYMENT_LOADGEN) && defined(TROUPE_BENCH_PG_SERVER)

@@ -53,7 +53,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 #include "troupe/node/latency_histogram.hpp"
 
 namespace payment_loadgen {

@@ -47,6 +47,7 @@
 #include <cstdio>
 
 #include "loadgen.hpp"
+#include "troupe/net/url.hpp"
 
 namespace payment_loadgen {
 
@@ -59,52 +60,18 @@ extern "C" void on_signal(int) {
   if (g_interrupted.exchange(true)) _exit(130);
 }
 
-struct Target {
-  std::string host;
-  std::uint16_t port = 80;
-};
-
 // "http://host[:port][/]"; nullopt with `why` otherwise.
-std::optional<Target> parse_url(const std::string& url, std::string& why) {
-  const std::string scheme = "http://";
-  if (url.compare(0, scheme.size(), scheme) != 0) {
-    why = "only http:// URLs are supported";
+std::optional<troupe::http::Url> parse_root_url(const std::string& url, std::string& why) {
+  auto parsed = troupe::http::parse_url(url);
+  if (!parsed.ok()) {
+    why = parsed.error().message();
     return std::nullopt;
   }
-  std::string rest = url.substr(scheme.size());
-  if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  if (rest.find('/') != std::string::npos) {
+  if (parsed->target != "/") {
     why = "the URL must not have a path (the API is at the root)";
     return std::nullopt;
   }
-  Target t;
-  std::size_t colon = rest.rfind(':');
-  if (!rest.empty() && rest.front() == '[') {  // [v6]:port
-    const std::size_t close = rest.find(']');
-    if (close == std::string::npos) {
-      why = "unterminated [address]";
-      return std::nullopt;
-    }
-    t.host = rest.substr(1, close - 1);
-    colon = rest.size() > close + 1 && rest[close + 1] == ':' ? close + 1 : std::string::npos;
-  } else {
-    t.host = rest.substr(0, colon);
-  }
-  if (colon != std::string::npos) {
-    const std::string port = rest.substr(colon + 1);
-    char* end = nullptr;
-    const unsigned long p = std::strtoul(port.c_str(), &end, 10);
-    if (port.empty() || *end != '\0' || p == 0 || p > 65535) {
-      why = "bad port '" + port + "'";
-      return std::nullopt;
-    }
-    t.port = static_cast<std::uint16_t>(p);
-  }
-  if (t.host.empty()) {
-    why = "no host";
-    return std::nullopt;
-  }
-  return t;
+  return std::move(*parsed);
 }
 
 }  // namespace
@@ -187,14 +154,14 @@ int main(int argc, char** argv) {
   if (o.connections == 0) o.connections = o.concurrency;
   if (o.id_prefix.empty()) o.id_prefix = "o-" + std::to_string(o.seed);
   std::string why;
-  const auto target = parse_url(o.url, why);
+  const auto target = parse_root_url(o.url, why);
   if (!target) {
     std::fprintf(stderr, "payment_loadgen: bad --url '%s': %s\n", o.url.c_str(), why.c_str());
     return 2;
   }
-  std::optional<Target> gateway_target;
+  std::optional<troupe::http::Url> gateway_target;
   if (!o.gateway.empty()) {
-    gateway_target = parse_url(o.gateway, why);
+    gateway_target = parse_root_url(o.gateway, why);
     if (!gateway_target) {
       std::fprintf(stderr, "payment_loadgen: bad --gateway '%s': %s\n", o.gateway.c_str(), why.c_str());
       return 2;

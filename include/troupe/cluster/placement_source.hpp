@@ -56,10 +56,11 @@ Result<DesiredSet> parse_desired_set(std::string_view text, std::string_view ori
 DesiredSource from_file(std::string path);
 
 // GETs `url` (plain http://host[:port]/path, no TLS) on every call, with
-// Asio, within `timeout` for the whole exchange. Errors: invalid_argument
-// for a URL it cannot use or a body that does not parse; unreachable for a
-// failed connection or a status other than 200 (naming the URL and the
-// status line); timeout when the exchange takes longer.
+// the network layer's HTTP client (troupe/net/http.hpp), within `timeout`
+// for the whole exchange. Errors: invalid_argument for a URL it cannot use
+// or a body that does not parse; unreachable for a failed connection or a
+// status other than 200 (naming the URL and the status); timeout when the
+// exchange takes longer.
 DesiredSource from_http(std::string url, Duration timeout = std::chrono::seconds(5));
 
 }  // namespace troupe::cluster

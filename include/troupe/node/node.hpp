@@ -43,7 +43,7 @@
 #include "troupe/cluster/sharding.hpp"
 #include "troupe/core.hpp"
 #include "troupe/node/config.hpp"
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 #include "troupe/node/metrics.hpp"
 #include "troupe/patterns.hpp"
 #include "troupe/persist.hpp"

@@ -2,10 +2,11 @@
 # the top-level CMakeLists.txt (see troupe_add_fuzz there); scripts/fuzz
 # runs it on src/cluster/redis/placement_fuzz_corpus.
 #
-# placement_values_fuzz: desired sets, desired-set HTTP responses and URLs,
-# and Redis replies (assignments, member views) read through hiredis' RESP
-# reader, under ASan and UBSan. The parsers' sources are compiled in with
-# the fuzz flags; no socket, thread or Redis is involved.
+# placement_values_fuzz: desired sets, desired-set URLs (the network
+# layer's parser, linked from troupe::net) and Redis replies (assignments,
+# member views) read through hiredis' RESP reader, under ASan and UBSan.
+# The parsers' sources are compiled in with the fuzz flags; no socket,
+# thread or Redis is involved.
 
 troupe_add_fuzz(placement_values_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/redis/placement_values_fuzz.cpp
@@ -14,5 +15,5 @@ troupe_add_fuzz(placement_values_fuzz
           ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/redis/placement_source.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/node_id.cpp
   CORPUS src/cluster/redis/placement_fuzz_corpus
-  LIBS troupe::core PkgConfig::HIREDIS
+  LIBS troupe::net troupe::core PkgConfig::HIREDIS
   ASIO)

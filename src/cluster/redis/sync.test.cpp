@@ -193,6 +193,27 @@ TEST(DesiredSet, FromHttpNamesTheUrlOnBadUrlsRefusalsStatusesBodiesAndTimeouts) 
   EXPECT_NE(slow.error().message().find(http.url()), std::string::npos);
 }
 
+// A chunk size std::stoul reads as a huge number ("-2" is 2^64 - 2) once
+// made the bounds check wrap, so a malformed answer became a body ("0\r\n
+// \r\n" here) and then a desired set. Found by fuzzing the desired-set
+// source's own response parser; the HTTP client that reads the answer now
+// must refuse it the same way.
+// proves: X1
+TEST(DesiredSet, FromHttpRefusesAChunkSizeThatIsNotHexRatherThanWrapIt) {
+  TinyHttpServer http;
+  const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const char* bad : {"-2", "-1", " 5", "+5", "0x5", "ffffffffffffffff"}) {
+    http.respond(head + bad + "\r\n0\r\n\r\n");
+    auto r = from_http(http.url())();
+    ASSERT_FALSE(r.ok()) << "chunk size '" << bad << "' accepted";
+    EXPECT_EQ(r.error().code(), ErrorCode::invalid_argument) << r.error().to_string();
+  }
+  http.respond(head + "12 ;ext\r\nunit-a spec\nunit-b\r\n0\r\n\r\n");
+  auto good = from_http(http.url())();
+  ASSERT_TRUE(good.ok()) << good.error().to_string();
+  EXPECT_EQ(*good, (DesiredSet{{"unit-a", "spec"}, {"unit-b", ""}}));
+}
+
 // proves: W1
 TEST_F(RedisCoordinatorTest, SyncAssignsMissingUnassignsRemovedUpdatesChangedSpecsAndEveryNodeRunsItsShare) {
   auto& a = add_node("node-a");

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "parser.hpp"
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 
 namespace troupe::http::testing {
 

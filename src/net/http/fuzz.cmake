@@ -7,8 +7,8 @@
 # socket, thread or Asio code is involved.
 
 troupe_add_fuzz(http_parser_fuzz
-  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/node/http/http_parser_fuzz.cpp
-          ${CMAKE_CURRENT_SOURCE_DIR}/src/node/http/parser.cpp
-          ${CMAKE_CURRENT_SOURCE_DIR}/src/node/http/message.cpp
-  CORPUS src/node/http/fuzz_corpus
+  SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/http_parser_fuzz.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/parser.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/message.cpp
+  CORPUS src/net/http/fuzz_corpus
   LIBS nlohmann_json::nlohmann_json)

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "parser.hpp"
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 
 namespace troupe::http {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "parser.hpp"
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 
 namespace troupe::http {
 

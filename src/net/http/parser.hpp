@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
 
 namespace troupe::http::detail {
 

@@ -16,7 +16,7 @@
 // before the shutdown step), then posts to every loop a step that fails
 // everything with shutting_down and stops the io_context, and joins.
 
-#include "../../cluster/asio_headers.hpp"  // first: see there
+#include "../asio_headers.hpp"  // first: see there
 
 #include <algorithm>
 #include <cstring>
@@ -28,7 +28,8 @@
 #include <vector>
 
 #include "parser.hpp"
-#include "troupe/node/http.hpp"
+#include "troupe/net/http.hpp"
+#include "troupe/net/url.hpp"
 
 namespace troupe::http {
 
@@ -680,8 +681,7 @@ Result<std::unique_ptr<Client>> Client::create(ClientSettings settings) {
     return bad("client: max_response_header_bytes must be at least 64");
 
   auto shared = std::make_unique<detail::ClientShared>();
-  const bool v6 = settings.host.find(':') != std::string::npos;
-  shared->where = (v6 ? "[" + settings.host + "]" : settings.host) + ":" + std::to_string(settings.port);
+  shared->where = authority(settings.host, settings.port);
   {
     asio::io_context io;
     asio::ip::tcp::resolver resolver(io);

@@ -28,7 +28,7 @@
 // the connection's timestamps and decides (idle, slow request, stalled
 // write, end of a lingering close).
 
-#include "../../cluster/asio_headers.hpp"  // first: see there
+#include "../asio_headers.hpp"  // first: see there
 
 #include <algorithm>
 #include <cstdio>
@@ -41,7 +41,8 @@
 #include <vector>
 
 #include "parser.hpp"
-#include "troupe/node/http.hpp"
+#include "server_parts.hpp"
+#include "troupe/net/http.hpp"
 
 namespace troupe::http {
 
@@ -62,64 +63,7 @@ constexpr std::size_t kKeepCapacity = 256u << 10;
 constexpr auto kLingerTime = std::chrono::seconds(1);
 constexpr std::size_t kLingerBytes = 1u << 20;
 
-std::string millis(Duration d) {
-  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
-}
-
-std::string_view error_code_for(int status) noexcept {
-  switch (status) {
-    case 400:
-      return "bad_request";
-    case 408:
-      return "request_timeout";
-    case 413:
-      return "payload_too_large";
-    case 414:
-      return "uri_too_long";
-    case 417:
-      return "expectation_failed";
-    case 431:
-      return "header_too_large";
-    case 501:
-      return "not_implemented";
-    case 503:
-      return "unavailable";
-    case 505:
-      return "version_not_supported";
-    default:
-      return "bad_request";
-  }
-}
-
 }  // namespace
-
-struct Counters {
-  std::atomic<std::uint64_t> accepted{0}, refused{0}, open{0}, requests{0}, responses{0}, bad_requests{0};
-  std::atomic<std::uint64_t> timeouts{0}, handler_exceptions{0}, responders_dropped{0};
-  std::atomic<std::uint64_t> bytes_received{0}, bytes_sent{0};
-};
-
-// Counters order nothing: relaxed.
-inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
-  c.fetch_add(n, std::memory_order_relaxed);
-}
-
-// What every connection of a server shares with it. Immutable after start
-// but for the counters.
-struct Shared {
-  ServerSettings settings;
-  Router router;
-  Counters c;
-  Duration tick{};  // min(idle_timeout, request_read_timeout)
-
-  void log(std::string_view line) const noexcept {
-    try {
-      if (settings.log) settings.log(line);
-    } catch (...) {
-      // A failing log sink must not take a connection down.
-    }
-  }
-};
 
 // One io thread and its connections.
 struct ServerLoop {
@@ -609,55 +553,16 @@ void ServerConnection::on_timer() {
 }  // namespace detail
 
 // --- Responder -----------------------------------------------------------------------
-
-Responder::Responder(Responder&& other) noexcept
-    : loop_(std::move(other.loop_)), conn_(std::move(other.conn_)), seq_(std::exchange(other.seq_, 0)) {}
-
-Responder& Responder::operator=(Responder&& other) noexcept {
-  if (this != &other) {
-    drop();
-    loop_ = std::move(other.loop_);
-    conn_ = std::move(other.conn_);
-    seq_ = std::exchange(other.seq_, 0);
-  }
-  return *this;
-}
-
-Responder::~Responder() { drop(); }
+// Its moves and destructor: responder.cpp.
 
 void Responder::respond(Response response) {
   if (seq_ == 0) return;
-  const std::uint64_t seq = std::exchange(seq_, 0);
-  std::shared_ptr<detail::ServerLoop> loop = std::move(loop_);
-  std::weak_ptr<detail::ServerConnection> conn = std::move(conn_);
-  if (!loop) return;
-  if (loop->on_thread()) {
-    if (auto c = conn.lock()) c->complete(seq, std::move(response));
-    return;
-  }
-  loop->post([conn = std::move(conn), seq, r = std::move(response)]() mutable {
-    if (auto c = conn.lock()) c->complete(seq, std::move(r));
-  });
+  detail::respond_through(std::move(loop_), std::move(conn_), std::exchange(seq_, 0), std::move(response));
 }
 
 void Responder::drop() noexcept {
   if (seq_ == 0) return;
-  const std::uint64_t seq = std::exchange(seq_, 0);
-  std::shared_ptr<detail::ServerLoop> loop = std::move(loop_);
-  std::weak_ptr<detail::ServerConnection> conn = std::move(conn_);
-  if (!loop) return;
-  try {
-    if (loop->on_thread()) {
-      if (auto c = conn.lock()) c->dropped(seq, std::uncaught_exceptions() > 0);
-      return;
-    }
-    loop->post([conn = std::move(conn), seq] {
-      if (auto c = conn.lock()) c->dropped(seq, false);
-    });
-  } catch (...) {
-    // Out of memory while answering a dropped request: the client's own
-    // timeout ends its wait.
-  }
+  detail::drop_through(std::move(loop_), std::move(conn_), std::exchange(seq_, 0));
 }
 
 // --- Server ------------------------------------------------------------------------
@@ -850,23 +755,7 @@ void Server::Impl::stop() {
   }
 }
 
-ServerStats Server::Impl::stats() const {
-  auto v = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  const detail::Counters& c = s_->c;
-  ServerStats s;
-  s.connections_accepted = v(c.accepted);
-  s.connections_refused = v(c.refused);
-  s.connections_open = v(c.open);
-  s.requests = v(c.requests);
-  s.responses = v(c.responses);
-  s.bad_requests = v(c.bad_requests);
-  s.timeouts = v(c.timeouts);
-  s.handler_exceptions = v(c.handler_exceptions);
-  s.responders_dropped = v(c.responders_dropped);
-  s.bytes_received = v(c.bytes_received);
-  s.bytes_sent = v(c.bytes_sent);
-  return s;
-}
+ServerStats Server::Impl::stats() const { return detail::stats_of(s_->c); }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -884,28 +773,9 @@ Server::~Server() {
 }
 
 Result<std::unique_ptr<Server>> Server::start(ServerSettings settings, Router router) {
-  auto bad = [](std::string what) { return Error(ErrorCode::invalid_argument, std::move(what)); };
-  if (settings.io_threads < 1 || settings.io_threads > 256)
-    return bad("io_threads must be between 1 and 256");
-  if (settings.max_header_bytes < 64) return bad("max_header_bytes must be at least 64");
-  if (settings.max_connections == 0) return bad("max_connections must be positive");
-  if (settings.max_pipelined == 0) return bad("max_pipelined must be positive");
-  if (settings.idle_timeout <= Duration::zero() || settings.request_read_timeout <= Duration::zero())
-    return bad("idle_timeout and request_read_timeout must be positive");
-  if (settings.drain_timeout < Duration::zero()) return bad("drain_timeout must not be negative");
-  if (!settings.log) {
-    settings.log = [](std::string_view line) {
-      std::string out;
-      out.reserve(line.size() + 8);
-      out.append("http: ").append(line).push_back('\n');
-      std::fwrite(out.data(), 1, out.size(), stderr);
-    };
-  }
-  auto shared = std::make_shared<detail::Shared>();
-  shared->tick = std::min(settings.idle_timeout, settings.request_read_timeout);
-  shared->settings = std::move(settings);
-  shared->router = std::move(router);
-  auto impl = std::make_unique<Impl>(std::move(shared));
+  auto shared = detail::make_shared_state(std::move(settings), std::move(router));
+  if (!shared.ok()) return std::move(shared).error();
+  auto impl = std::make_unique<Impl>(std::move(*shared));
   if (auto listening = impl->listen(); !listening.ok()) return std::move(listening).error();
   impl->start_threads();
   return std::unique_ptr<Server>(new Server(std::move(impl)));

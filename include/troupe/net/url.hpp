@@ -1,0 +1,39 @@
+#pragma once
+// Plain http:// URLs as troupe's programs take them on their command lines
+// and in their configuration: http://host[:port][/path][?query], the host a
+// name, an IPv4 address or an [IPv6] literal. The one parser every layer
+// uses (desired-set sources, troupectl, the payment load generator), so
+// each accepts and refuses the same URLs with the same reasons.
+//
+//   auto url = troupe::http::parse_url("http://[::1]:8081/units?g=a");
+//   // url->host == "::1", url->port == 8081, url->target == "/units?g=a"
+//
+// Thread safety: pure functions over values; call them from any thread.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "troupe/core/result.hpp"
+
+namespace troupe::http {
+
+// One parsed URL; a plain value.
+struct Url {
+  std::string host;          // without the brackets of an IPv6 literal
+  std::uint16_t port = 80;   // 80 when the URL names none
+  std::string target = "/";  // path and query (and fragment) as written; "/" when absent
+  bool has_path = false;     // the URL had something after the authority, even just "/"
+};
+
+// invalid_argument with the reason (not naming the URL: callers say where
+// it came from) for anything but http://host[:port][/...]: another or no
+// scheme, user information ("user@"), no host, an unclosed '[' or junk
+// after ']', a port that is not a number from 1 to 65535.
+Result<Url> parse_url(std::string_view url);
+
+// "host:port", the host bracketed when it is an IPv6 literal: what messages
+// and the Host header show.
+std::string authority(std::string_view host, std::uint16_t port);
+
+}  // namespace troupe::http
