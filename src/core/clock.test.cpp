@@ -15,6 +15,20 @@
 #include "troupe/core.hpp"
 #include "troupe/core/detail/timer_service.hpp"
 
+// Before any using-directive of this file: troupe's headers bring no
+// literals along, and troupe::literals offers every duration literal.
+namespace literals_opt_in {
+using namespace troupe::literals;
+
+TEST(ClockLiterals, TroupeLiteralsOffersTheDurationLiteralsToCodeThatOptsIn) {
+  EXPECT_EQ(troupe::Duration(1500ms), std::chrono::milliseconds(1500));
+  EXPECT_EQ(troupe::Duration(2min + 5s), std::chrono::seconds(125));
+  EXPECT_EQ(troupe::Duration(1h), std::chrono::hours(1));
+  EXPECT_EQ(troupe::Duration(3us + 4ns), std::chrono::nanoseconds(3004));
+}
+
+}  // namespace literals_opt_in
+
 namespace {
 
 using namespace std::chrono_literals;

@@ -29,7 +29,12 @@ using WallTime = std::chrono::time_point<std::chrono::system_clock, Duration>;
 // `using namespace troupe::literals;`. troupe's headers do not bring any
 // namespace into the user's.
 namespace literals {
-using namespace std::chrono_literals;
+using std::chrono_literals::operator""h;
+using std::chrono_literals::operator""min;
+using std::chrono_literals::operator""s;
+using std::chrono_literals::operator""ms;
+using std::chrono_literals::operator""us;
+using std::chrono_literals::operator""ns;
 }  // namespace literals
 
 // `now + d`, clamped: a negative `d` gives `now`, an overflow gives
