@@ -1,0 +1,106 @@
+#pragma once
+// What the payment service's two files share (service.cpp wires the
+// service, service_routes.cpp serves its HTTP API): one settlement as a
+// process of the process manager, and the running service's state.
+// Internal to examples/payment.
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "service.hpp"
+
+namespace payment {
+
+using json = nlohmann::json;
+namespace http = troupe::http;
+
+// --- one settlement, as a process of the process manager -----------------------------
+
+struct SettleOrder {
+  std::string id;
+  std::string customer;
+  std::string order_id;
+  std::int64_t amount = 0;
+};
+
+struct Shared {
+  troupe::node::Entities<Payment> payments;
+  troupe::KeyedLock customers;
+  troupe::Duration ask_timeout;
+};
+
+// Holds the customer's lock while the payment entity settles; completes
+// with the payment's status. The process actor has nothing to receive: the
+// lock's future completes its handle from whichever thread answers.
+class SettleProcess final : public troupe::Actor<std::monostate> {
+ public:
+  using result_type = PaymentStatus;
+  SettleProcess(troupe::ProcessHandle<PaymentStatus> done, SettleOrder order, std::shared_ptr<Shared> shared)
+      : done_(std::move(done)), order_(std::move(order)), shared_(std::move(shared)) {}
+
+  void on_start() {
+    auto shared = shared_;
+    auto order = order_;
+    auto settled = shared_->customers.lock(order_.customer, [shared, order](const troupe::LockLease&) {
+      return shared->payments.ask<PaymentStatus>(
+          order.id,
+          [&](troupe::ReplyTo<PaymentStatus> r) {
+            return Settle{order.order_id, order.amount, std::move(r), order.customer};
+          },
+          shared->ask_timeout);
+    });
+    std::move(settled).then([done = done_](troupe::Result<PaymentStatus> r) {
+      if (r.ok()) {
+        done.complete(std::move(*r));
+      } else {
+        done.fail(std::move(r).error());
+      }
+    });
+  }
+  void receive(std::monostate&) {}
+
+ private:
+  troupe::ProcessHandle<PaymentStatus> done_;
+  SettleOrder order_;
+  std::shared_ptr<Shared> shared_;
+};
+
+// The HTTP status an error is answered with: invalid_argument 400; a full
+// bound 429; timeouts 504; anything else 503.
+int http_status(const troupe::Error& e);
+http::Response error_response(const troupe::Error& e);
+
+struct PaymentService::Impl {
+  troupe::node::Node* node = nullptr;
+  ServiceSettings settings;
+  std::shared_ptr<http::Client> gateway_client;
+  troupe::ActorRef<GatewayMsg> gateway;
+  std::shared_ptr<Shared> shared;
+  std::optional<troupe::ProcessManager<SettleProcess>> settlements;
+  std::optional<troupe::JobService> refunds;
+  troupe::ActorRef<QueueRefund> refund_desk;
+  std::unique_ptr<http::Server> server;
+
+  std::shared_ptr<troupe::node::Counter> outcomes;
+  std::shared_ptr<troupe::node::Histogram> latency;
+  std::atomic<std::uint64_t> finished{0};
+
+  void count(const char* outcome, std::chrono::steady_clock::time_point start) {
+    outcomes->add({outcome});
+    finished.fetch_add(1, std::memory_order_relaxed);
+    latency->observe_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+
+  // Runs one settlement through the process manager and answers `out`
+  // with its outcome (service_routes.cpp).
+  void settle(SettleOrder order, http::Responder out);
+
+  // The payment API (service_routes.cpp).
+  http::Router routes();
+};
+
+}  // namespace payment
