@@ -50,24 +50,6 @@ Result<NodeUrl> parse_node_url(std::string_view url) {
   return out;
 }
 
-std::string percent_encode(std::string_view segment) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(segment.size());
-  for (unsigned char c : segment) {
-    bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                      c == '-' || c == '.' || c == '_' || c == '~';
-    if (unreserved) {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 0xF]);
-    }
-  }
-  return out;
-}
-
 std::string compact_ranges(std::vector<std::int64_t> numbers) {
   std::sort(numbers.begin(), numbers.end());
   numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
@@ -267,7 +249,7 @@ Outcome<std::string> rebalance(const Options& o, const NodeApi& api) {
 
 Outcome<std::string> entity(const Options& o, const NodeApi& api) {
   if (o.type.empty() || o.id.empty()) return usage("entity: TYPE and ID must not be empty");
-  std::string path = "/entities/" + detail::percent_encode(o.type) + "/" + detail::percent_encode(o.id);
+  std::string path = "/entities/" + http::percent_encode(o.type) + "/" + http::percent_encode(o.id);
   return fetch_and(api, "GET", path, [&](const json& j) -> Outcome<std::string> {
     return o.json ? pretty(j) : detail::render_entity(j);
   });

@@ -75,10 +75,6 @@ struct NodeUrl {
 // invalid_argument naming what is wrong (scheme, port, host).
 Result<NodeUrl> parse_node_url(std::string_view url);
 
-// RFC 3986 percent-encoding of one path segment: everything but
-// ALPHA / DIGIT / "-" / "." / "_" / "~" becomes %XX.
-std::string percent_encode(std::string_view segment);
-
 // Sorted, de-duplicated numbers as compact ranges: {0,1,2,3,7} -> "0-3,7".
 std::string compact_ranges(std::vector<std::int64_t> numbers);
 

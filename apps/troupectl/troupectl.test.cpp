@@ -559,14 +559,6 @@ TEST(TroupectlParts, CompactRangesJoinRunsOfConsecutiveNumbers) {
   EXPECT_EQ(compact_ranges({1, 2, 4, 5, 6, 9, 9}), "1-2,4-6,9");
 }
 
-TEST(TroupectlParts, PercentEncodingLeavesOnlyUnreservedCharactersAsTheyAre) {
-  using ctl::detail::percent_encode;
-  EXPECT_EQ(percent_encode("a b/c"), "a%20b%2Fc");
-  EXPECT_EQ(percent_encode("Az09-._~"), "Az09-._~");
-  EXPECT_EQ(percent_encode("100%?#"), "100%25%3F%23");
-  EXPECT_EQ(percent_encode("é"), "%C3%A9");
-}
-
 TEST(TroupectlParts, NodeUrlsGiveHostPortAndPrefix) {
   using ctl::detail::parse_node_url;
   auto plain = parse_node_url("http://127.0.0.1:8081");

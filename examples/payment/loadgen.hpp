@@ -60,9 +60,6 @@ struct Options {
 
 inline double ms(std::uint64_t micros) { return static_cast<double>(micros) / 1000.0; }
 
-// `s` with every byte but letters, digits and -_.~ percent-encoded, for a path segment.
-std::string percent_encode(const std::string& s);
-
 // Every count of the run; updated from the client's io thread and the
 // scheduler, read by the progress loop: relaxed atomics.
 struct Tally {

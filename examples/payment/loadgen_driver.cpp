@@ -10,22 +10,9 @@
 #include <thread>
 
 #include "loadgen.hpp"
+#include "troupe/net/url.hpp"
 
 namespace payment_loadgen {
-
-std::string percent_encode(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      char buf[4];
-      std::snprintf(buf, sizeof buf, "%%%02X", c);
-      out += buf;
-    }
-  }
-  return out;
-}
 
 Result<void> LoadGen::probe() {
   auto r = client_->request_sync("GET", "/payments/loadgen-probe", "", "", std::chrono::seconds(5));
@@ -183,7 +170,7 @@ bool LoadGen::draw_refund() {
 
 void LoadGen::refund(const std::string& id, std::int64_t amount) {
   t_.refunds_requested.fetch_add(1, std::memory_order_relaxed);
-  client_->request("POST", "/payments/" + percent_encode(id) + "/cancel", "{}", "application/json",
+  client_->request("POST", "/payments/" + troupe::http::percent_encode(id) + "/cancel", "{}", "application/json",
                    [this, id, amount](Result<Response> r) {
                      bool ok = false;
                      std::string why;

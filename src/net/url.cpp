@@ -61,4 +61,22 @@ std::string authority(std::string_view host, std::uint16_t port) {
   return out.append(":").append(std::to_string(port));
 }
 
+std::string percent_encode(std::string_view segment) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(segment.size());
+  for (unsigned char c : segment) {
+    const bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                            c == '-' || c == '.' || c == '_' || c == '~';
+    if (unreserved) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 0xF]);
+    }
+  }
+  return out;
+}
+
 }  // namespace troupe::http

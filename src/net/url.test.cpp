@@ -10,6 +10,7 @@ namespace {
 
 using troupe::ErrorCode;
 using troupe::http::parse_url;
+using troupe::http::percent_encode;
 
 // proves: X1
 TEST(HttpUrl, ReadsHostPortAndTargetOfNamesIpv4AndIpv6Literals) {
@@ -68,6 +69,14 @@ TEST(HttpUrl, RefusesEachMalformedUrlWithItsReason) {
 TEST(HttpUrl, AuthorityBracketsIpv6Literals) {
   EXPECT_EQ(troupe::http::authority("127.0.0.1", 80), "127.0.0.1:80");
   EXPECT_EQ(troupe::http::authority("::1", 9000), "[::1]:9000");
+}
+
+TEST(HttpUrl, PercentEncodingLeavesOnlyUnreservedCharactersAsTheyAre) {
+  EXPECT_EQ(percent_encode("a b/c"), "a%20b%2Fc");
+  EXPECT_EQ(percent_encode("Az09-._~"), "Az09-._~");
+  EXPECT_EQ(percent_encode("100%?#"), "100%25%3F%23");
+  EXPECT_EQ(percent_encode("\xc3\xa9"), "%C3%A9");
+  EXPECT_EQ(percent_encode(""), "");
 }
 
 }  // namespace

@@ -36,4 +36,9 @@ Result<Url> parse_url(std::string_view url);
 // and the Host header show.
 std::string authority(std::string_view host, std::uint16_t port);
 
+// RFC 3986 percent-encoding of one path segment (an entity id, a payment
+// id): everything but ALPHA / DIGIT / "-" / "." / "_" / "~" becomes %XX, so
+// "a b/c" -> "a%20b%2Fc".
+std::string percent_encode(std::string_view segment);
+
 }  // namespace troupe::http
