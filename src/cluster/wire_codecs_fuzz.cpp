@@ -1,7 +1,8 @@
 // libFuzzer target for the message codecs troupe registers (scripts/fuzz
 // runs it): the cluster lock's messages, the cluster job service's job and
-// answer, and the node's load report, as a peer could send them; and the
-// envelope of the remoting frames that carry them (remote_envelope.hpp).
+// answer, and the node's load report, as a peer could send them; the
+// envelope of the remoting frames that carry them (remote_envelope.hpp);
+// and the header of an entity frame (cluster/detail/shard_header.hpp).
 //
 // Input: the first byte picks a message type (wire_fuzz_table.hpp), the
 // rest is its encoded body. The body is decoded through the MessageCodecs
@@ -20,7 +21,11 @@
 //   - an envelope that parses points into its frame and, written again
 //     field by field as doc/wire.md lays it out, gives the frame back
 //     (what follows an error reply's message aside); one that does not is
-//     protocol_error, and only a kind that has a header to cut short fails.
+//     protocol_error, and only a kind that has a header to cut short fails;
+//   - an entity frame's header that parses names a shard below the shard
+//     count and a non-empty id, its body is the rest of the input, and
+//     written again it gives the input back; one that does not is
+//     protocol_error naming the node.
 
 #include <cstddef>
 #include <cstdint>
@@ -33,6 +38,7 @@
 #include "remote_envelope.hpp"
 #include "sharding/cluster_jobs_wire.hpp"
 #include "sharding/cluster_lock_wire.hpp"
+#include "troupe/cluster/detail/shard_header.hpp"
 #include "wire_fuzz_table.hpp"
 
 namespace {
@@ -208,6 +214,25 @@ void remote_envelope(std::string_view body) {
   check(false);
 }
 
+// Input: two bytes of shard count (little-endian, plus one), then the bytes
+// after an entity frame's envelope.
+void shard_header(std::string_view body) {
+  std::uint32_t shard_count = 1;
+  if (body.size() >= 2)
+    shard_count += static_cast<std::uint8_t>(body[0]) | (std::uint32_t{static_cast<std::uint8_t>(body[1])} << 8);
+  const std::string_view frame = body.substr(std::min<std::size_t>(2, body.size()));
+  auto h = troupe::cluster::detail::parse_shard_header(frame, shard_count, "node-2");
+  if (!h.ok()) {
+    check(h.error().code() == ErrorCode::protocol_error && h.error().message().find("'node-2'") != std::string::npos);
+    return;
+  }
+  check(h->shard < shard_count && !h->id.empty());
+  check(h->body.data() + h->body.size() == frame.data() + frame.size());
+  ByteWriter w;
+  w.u32(h->shard).u8(h->hops).str(h->id).u32(h->msg_id).bytes().append(h->body);
+  check(w.bytes() == frame);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -234,6 +259,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     case WireKind::remote_envelope:
       remote_envelope(body);
+      break;
+    case WireKind::shard_header:
+      shard_header(body);
       break;
     case WireKind::node_load: {
       // The draining flag is a u64 read as "not 0": only 0 and 1 come back.

@@ -158,5 +158,24 @@ int main(int argc, char** argv) {
   w = {};
   w.str("lock/accounts").u32(0);
   write("envelope_unknown_kind", WireKind::remote_envelope, frame(static_cast<K>(9), std::move(w)));
+
+  // Entity frames after their envelope, for a region of 128 shards: two
+  // bytes of shard count minus one, then the header and the command.
+  auto region = [](ByteWriter w) { return std::string("\x7f\x00", 2) + w.take(); };
+  w = {};
+  w.u32(17).u8(0).str("acct-42").u32(message_id("Deposit")).u64(100);
+  write("shard_header", WireKind::shard_header, region(std::move(w)));
+  w = {};
+  w.u32(127).u8(3).str("acct-7").u32(message_id("Balance"));
+  write("shard_header_forwarded_no_body", WireKind::shard_header, region(std::move(w)));
+  w = {};
+  w.u32(128).u8(0).str("acct-42").u32(message_id("Deposit"));
+  write("shard_header_shard_out_of_range", WireKind::shard_header, region(std::move(w)));
+  w = {};
+  w.u32(5).u8(0).str("").u32(message_id("Deposit"));
+  write("shard_header_empty_id", WireKind::shard_header, region(std::move(w)));
+  w = {};
+  w.u32(5).u8(0).u32(40).bytes().append("acct");
+  write("shard_header_cut_in_id", WireKind::shard_header, region(std::move(w)));
   return 0;
 }

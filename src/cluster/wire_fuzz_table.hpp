@@ -24,6 +24,7 @@ enum class WireKind : std::uint8_t {
   unknown_id,    // four bytes of id, then bytes: no table knows the id
   node_load,     // a node's load report (src/node/load_wire.hpp)
   remote_envelope,  // a byte of DATA frame type, then a remoting frame's payload
+  shard_header,     // two bytes of shard count, then an entity frame after its envelope
   count
 };
 
@@ -31,6 +32,6 @@ enum class WireKind : std::uint8_t {
 inline constexpr std::array<std::string_view, static_cast<std::size_t>(WireKind::count)> kWireNames = {
     "troupe.lock.Acquire", "troupe.lock.Grant",   "troupe.lock.Deny", "troupe.lock.Release",
     "troupe.lock.Query",   "troupe.lock.QueryReply", "troupe.jobs.Job", "troupe.jobs.Job", "",
-    "troupe.node.Load", ""};
+    "troupe.node.Load", "",                   ""};
 
 }  // namespace troupe::cluster::fuzz

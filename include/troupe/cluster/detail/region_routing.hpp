@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "troupe/cluster/detail/region_core.hpp"
+#include "troupe/cluster/detail/shard_header.hpp"
 #include "troupe/cluster/messages.hpp"
 #include "troupe/cluster/remote.hpp"
 
@@ -212,17 +213,13 @@ void RegionCore<B>::resend(InFlight& f, Command cmd, Error lost, bool later) {
 // A frame of the entity kinds from another node.
 template <class B>
 Result<void> RegionCore<B>::on_remote(std::string_view from, std::string_view rest, std::optional<ReplySink> sink) {
-  ByteReader r(rest);
-  std::uint32_t s = r.u32();
-  std::uint8_t hops = r.u8();
-  std::string id = r.str();
-  std::uint32_t msg_id = r.u32();
-  if (r.failed() || s >= settings.shard_count || id.empty()) {
-    Error e(ErrorCode::protocol_error, "entity frame from node '" + std::string(from) + "' with a bad header");
-    if (sink) (*sink)(ReplyBytes(e));
-    return e;
+  auto header = parse_shard_header(rest, settings.shard_count, from);
+  if (!header.ok()) {
+    if (sink) (*sink)(ReplyBytes(header.error()));
+    return std::move(header).error();
   }
-  auto cmd = codecs.decode(msg_id, rest.substr(rest.size() - r.remaining()), sink ? &*sink : nullptr);
+  auto& [s, hops, id, msg_id, body] = header.value();
+  auto cmd = codecs.decode(msg_id, body, sink ? &*sink : nullptr);
   if (!cmd.ok()) {
     if (sink) (*sink)(ReplyBytes(cmd.error()));
     return std::move(cmd).error();
