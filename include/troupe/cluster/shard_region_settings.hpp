@@ -1,5 +1,7 @@
 #pragma once
 // What a shard region (sharding.hpp) is started with, and what it counts.
+// Both are plain values: the caller owns its copy; like any value, one
+// object is not to be written from two threads at once.
 
 #include <cstddef>
 #include <cstdint>
