@@ -72,10 +72,15 @@ std::uint64_t expected_events(const payment::PaymentState& s) {
     case Phase::failed:
       return 2;  // SettlementAccepted + the outcome
     case Phase::cancelled:
-      // A completed payment cancelled: its settlement's two, PaymentCancelled
-      // and what the refund queue said (RefundQueued or RefundNotQueued).
+      // A completed payment cancelled: its settlement's two, PaymentCancelled,
+      // then per try to queue the refund what the queue said (RefundQueued or
+      // RefundNotQueued), each try after the first opened by RefundRetried.
+      // (A second try happens when the service dies while the refund is being
+      // queued: the recovered payment waits out its deadline, RefundNotQueued,
+      // and the client's Cancel then queues it again.)
       // One never settled: PaymentCancelled alone.
-      return s.refunded > 0 ? 4 : 1;
+      if (s.refunded == 0) return 1;
+      return 2 + 1 + (s.refund_attempt - 1) + (s.refund_attempt - (s.refunding() ? 1 : 0));
     case Phase::waiting_for_request:
     case Phase::settling:
       break;
