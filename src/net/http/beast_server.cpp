@@ -120,12 +120,8 @@ void Server::Impl::on_accept(const std::shared_ptr<detail::ServerLoop>& loop, de
   detail::bump(s_->c.accepted);
   if (s_->c.open.load(std::memory_order_relaxed) >= s_->settings.max_connections) {
     detail::bump(s_->c.refused);
-    static const std::string kRefusal = [] {
-      std::string out;
-      detail::serialize_response(Response::error(503, "unavailable", "too many connections"), false, true,
-                                 false, {}, out);
-      return out;
-    }();
+    static const std::string kRefusal =
+        detail::to_wire(*detail::to_beast(Response::error(503, "unavailable", "too many connections"), 11, false, true, {}));
     boost::system::error_code ignored;
     socket.non_blocking(true, ignored);
     socket.write_some(detail::asio::buffer(kRefusal), ignored);

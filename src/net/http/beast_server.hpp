@@ -1,32 +1,13 @@
 #pragma once
-// The Boost.Beast HTTP server's pieces (TROUPE_HTTP_BACKEND=beast): one io
-// thread with its connections (ServerLoop) and one connection
-// (ServerConnection, beast_connection.cpp); the Server around them is in
-// beast_server.cpp. Internal to src/net/http/.
+// The HTTP server's pieces: one io thread with its connections (ServerLoop)
+// and one connection (ServerConnection, beast_connection.cpp); the Server
+// around them is in beast_server.cpp. Boost.Beast reads and writes the
+// messages; what troupe checks of them is in beast_messages.hpp. Internal to
+// src/net/http/.
 //
-// Boost.Asio here, standalone Asio in the cluster: the two never meet. The
-// server's io_contexts are its own, behind the same Server interface, and
-// nothing of Boost shows in troupe/net/http.hpp.
-//
-// Threads and lifetimes are those of the hand-written server: a
-// ServerConnection is touched only on its loop's io thread; a Responder
+// Threads and lifetimes: a ServerConnection is touched only on its loop's io thread; a Responder
 // holds its loop (shared) and its connection (weak) and posts to the loop
 // while it is open.
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wnull-dereference"
-#pragma GCC diagnostic ignored "-Wtsan"
-#pragma GCC diagnostic ignored "-Wshadow"
-#pragma GCC diagnostic ignored "-Wold-style-cast"
-#endif
-#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without it under C++20
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -38,19 +19,15 @@
 #include <unordered_set>
 #include <vector>
 
-#include "parser.hpp"
+#include "beast_headers.hpp"
+#include "beast_messages.hpp"
 #include "server_parts.hpp"
+#include "syntax.hpp"
 #include "troupe/net/http.hpp"
 
 namespace troupe::http::detail {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace bhttp = boost::beast::http;
-using Socket = asio::ip::tcp::socket;
 using Clock = std::chrono::steady_clock;
-using BeastRequest = bhttp::request<bhttp::string_body>;
-using BeastResponse = bhttp::response<bhttp::string_body>;
 
 // One io thread and its connections.
 struct ServerLoop {
@@ -113,11 +90,13 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   };
 
   void read();
-  void on_header(const beast::error_code& ec);
-  void on_body(const beast::error_code& ec);
+  void on_read(const beast::error_code& ec, std::size_t n);
+  bool parse();
   void dispatch(BeastRequest&& breq);
   void push_error(int status, std::string reason);
-  std::shared_ptr<BeastResponse> build(Response&& r, const Slot& slot);
+  std::shared_ptr<BeastResponse> build(Response&& r, const Slot& slot) {
+    return to_beast(std::move(r), slot.version, slot.head, slot.close, loop_.date_now());
+  }
   void flush();
   void start_write();
   void finish_and_linger();
@@ -134,14 +113,17 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   Socket socket_;
   asio::steady_timer timer_;
   std::uint64_t timer_gen_ = 0;
+  // What has arrived and the parser has not taken yet. Only touched while
+  // no read is pending (a read writes into its prepared tail).
   beast::flat_buffer buffer_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::optional<BeastRequestParser> parser_;
   std::deque<Slot> slots_;
   std::deque<std::shared_ptr<BeastResponse>> out_;  // ready, in order
   std::uint64_t next_seq_ = 1;
   std::uint64_t dispatching_seq_ = 0;
   bool reading_ = false;
-  bool in_request_ = false;  // a request's header is in, its body is being read
+  bool in_request_ = false;  // some bytes of the next request have arrived
+  bool parsing_ = false;     // parse() is on the stack: read() leaves the buffer to it
   bool read_stopped_ = false;
   bool paused_ = false;
   bool writing_ = false;

@@ -2,13 +2,14 @@
 # CMakeLists.txt (see troupe_add_fuzz there); scripts/fuzz installs clang,
 # configures build/fuzz and runs the targets.
 #
-# http_parser_fuzz: the request and response parsers on arbitrary bytes,
-# under ASan and UBSan. It links parser.cpp and message.cpp alone, so no
-# socket, thread or Asio code is involved.
+# http_parser_fuzz: Boost.Beast's request and response parsers as troupe
+# drives them (beast_messages.cpp), on arbitrary bytes, under ASan and
+# UBSan. No socket or thread is involved.
 
 troupe_add_fuzz(http_parser_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/http_parser_fuzz.cpp
-          ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/parser.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/beast_messages.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/syntax.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/message.cpp
   CORPUS src/net/http/fuzz_corpus
-  LIBS nlohmann_json::nlohmann_json)
+  LIBS Boost::headers nlohmann_json::nlohmann_json)

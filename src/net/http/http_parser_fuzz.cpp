@@ -1,55 +1,59 @@
-// libFuzzer target for the HTTP parsers (scripts/fuzz runs it).
+// libFuzzer target for HTTP as troupe reads it: Boost.Beast's request and
+// response parsers with the limits, checks and conversions of
+// beast_messages.hpp (scripts/fuzz runs it).
 //
 // The input is a byte stream as a client could send it on one connection
-// (and, read the other way, as a server could answer). It is parsed as a
-// sequence of pipelined requests three times: whole, one byte at a time,
-// and in pseudo-random chunks (sizes drawn from a generator seeded by the
-// input), exactly as the server's connection feeds its parser: the bytes
-// of the request being parsed from its first byte on, growing. Beyond "no
-// crash, no undefined behaviour, no leak" under ASan/UBSan, it checks:
-//   - the three parsings agree: same requests, same refusal, whatever the
+// (and, read the other way, as a server could answer). It is read as a
+// sequence of pipelined requests the way the server reads them (a fresh
+// parser per request with the server's limits, the header checked once it
+// is in, then the body, then the conversion to a troupe Request; a Beast
+// error turned into the server's refusal) three times: whole, one byte at a
+// time, and in pseudo-random chunks (sizes drawn from a generator seeded
+// by the input). Beyond "no crash, no undefined behaviour, no leak" under
+// ASan/UBSan, it checks:
+//   - the three readings agree: same requests, same refusal, whatever the
 //     split of the stream;
-//   - a request never claims more bytes than it was given, its body stays
-//     within the limit, and a refusal has a 4xx/5xx status the server
-//     knows and a reason;
-//   - what was parsed survives a round trip: the request serialised again
-//     (as the client would) parses back to the same method, target and body;
-//   - the query and path helpers accept whatever a request carries.
-// The same bytes then go through the response parser, whole and split,
-// with the end of the stream, which must agree too.
+//   - a body stays within the limit, and a refusal has a 4xx/5xx status
+//     the server knows and a reason;
+//   - what was read survives a round trip: the request written again as
+//     the client writes it reads back to the same method, target, path and
+//     body;
+//   - the query and header helpers accept whatever a request carries.
+// The same bytes then go through the client's response reading
+// (feed_response), whole and byte by byte, with the end of the stream,
+// which must agree too.
 // The limits come from the last input byte, so both small limits (where
 // 413/414/431 are reached) and roomy ones are explored.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "parser.hpp"
+#include "beast_messages.hpp"
+#include "syntax.hpp"
 
 namespace {
 
+namespace d = troupe::http::detail;
 using troupe::http::ClientRequest;
+using troupe::http::ClientSettings;
 using troupe::http::Request;
 using troupe::http::Response;
-using troupe::http::detail::RequestParser;
-using troupe::http::detail::ResponseParser;
+using troupe::http::ServerSettings;
 
 void check(bool ok) {
   if (!ok) std::abort();
 }
 
-struct Limits {
-  std::size_t header = 0;
-  std::size_t body = 0;
-};
-
 struct RequestOutcome {
   std::vector<std::string> requests;  // each request, flattened
-  int error_status = 0;               // 0: the stream ended in need_more (or cleanly)
+  int refusal = 0;                    // 0: the stream ended cleanly or inside a request's first bytes
   bool operator==(const RequestOutcome&) const = default;
 };
 
@@ -64,7 +68,6 @@ std::string flatten(const Request& r, bool keep_alive) {
 bool known_status(int s) {
   switch (s) {
     case 400:
-    case 408:
     case 413:
     case 414:
     case 417:
@@ -77,52 +80,84 @@ bool known_status(int s) {
   }
 }
 
-// Parses the stream as the server does, handing the parser `step(rng)`
-// more bytes at a time (all of them when step is null).
+// Appends the next `n` bytes of the stream to the read buffer, as a socket
+// read would.
+void receive(d::beast::flat_buffer& in, std::string_view stream, std::size_t& sent, std::size_t n) {
+  n = std::min(n, stream.size() - sent);
+  auto room = in.prepare(n);
+  std::memcpy(room.data(), stream.data() + sent, n);
+  in.commit(n);
+  sent += n;
+}
+
+// Reads the stream as the server's connection does (beast_connection.cpp,
+// parse()), receiving `step()` more bytes at a time, and also returns each
+// request read (for the round trip).
 template <class Step>
-RequestOutcome parse_requests(std::string_view stream, Limits lim, Step step) {
+RequestOutcome read_requests(std::string_view stream, const ServerSettings& settings, Step step,
+                             std::vector<Request>* requests = nullptr) {
   RequestOutcome out;
-  RequestParser parser(lim.header, lim.body);
-  std::size_t start = 0;  // first byte of the request being parsed
-  std::size_t have = 0;   // bytes received
+  d::beast::flat_buffer in;
+  std::size_t sent = 0;
+  std::optional<d::BeastRequestParser> parser;
   for (;;) {
-    have = std::min(stream.size(), have + step());
-    for (;;) {
-      const std::string_view data = stream.substr(start, have - start);
-      if (data.empty()) break;
-      const RequestParser::Status st = parser.parse(data);
-      if (st == RequestParser::Status::need_more) break;
-      if (st == RequestParser::Status::error) {
-        check(known_status(parser.error().status));
-        check(!parser.error().reason.empty());
-        out.error_status = parser.error().status;
-        return out;
-      }
-      check(parser.consumed() > 0 && parser.consumed() <= data.size());
-      start += parser.consumed();
-      const bool keep = parser.keep_alive();
-      Request r = parser.take();
-      check(r.body.size() <= lim.body);
-      out.requests.push_back(flatten(r, keep));
+    if (!parser) {
+      parser.emplace();
+      d::limit(*parser, settings);
     }
-    if (have == stream.size()) return out;
+    d::Refusal refusal;
+    switch (d::feed_request(*parser, in, settings.max_header_bytes, refusal)) {
+      case d::Fed::need_more:
+        if (sent == stream.size()) {
+          // The end of the stream: between requests a clean end, inside one a 400.
+          if (in.size() > 0 || parser->got_some()) out.refusal = 400;
+          return out;
+        }
+        receive(in, stream, sent, step());
+        continue;
+      case d::Fed::refused:
+        check(known_status(refusal.status) && !refusal.reason.empty());
+        out.refusal = refusal.status;
+        return out;
+      case d::Fed::header:
+        (void)d::expects_continue(parser->get());
+        continue;
+      case d::Fed::done: {
+        const bool keep = parser->get().keep_alive();
+        Request r;
+        auto refused = d::to_request(parser->release(), r);
+        parser.reset();
+        if (refused) {
+          check(known_status(refused->status) && !refused->reason.empty());
+          out.refusal = refused->status;
+          return out;
+        }
+        check(r.body.size() <= settings.max_body_bytes);
+        out.requests.push_back(flatten(r, keep));
+        if (requests) requests->push_back(std::move(r));
+        if (!keep) return out;  // the server reads no further
+        continue;
+      }
+    }
   }
 }
 
-// The request as the client would send it, parsed back.
-void round_trip(const Request& r, Limits lim) {
+// The request as the client would send it, read back by the server's parser.
+void round_trip(const Request& r) {
   ClientRequest c;
   c.method = r.method;
   c.target = r.target;
   c.body = r.body;
-  std::string wire;
-  if (!troupe::http::detail::serialize_request(c, "fuzz", wire)) return;
-  RequestParser again(wire.size() + 64, r.body.size());
-  check(again.parse(wire) == RequestParser::Status::complete);
-  check(again.consumed() == wire.size());
-  const Request back = again.take();
-  check(back.method == r.method && back.target == r.target && back.body == r.body && back.path == r.path);
-  (void)lim;
+  const std::optional<std::string> wire = d::request_wire(c, "fuzz");
+  if (!wire) return;
+  ServerSettings roomy;
+  roomy.max_header_bytes = wire->size() + 64;
+  roomy.max_body_bytes = r.body.size();
+  std::vector<Request> back;
+  const RequestOutcome again = read_requests(*wire, roomy, [&] { return wire->size(); }, &back);
+  check(again.refusal == 0 && back.size() == 1);
+  check(back[0].method == r.method && back[0].target == r.target && back[0].body == r.body &&
+        back[0].path == r.path);
 }
 
 struct ResponseOutcome {
@@ -131,37 +166,41 @@ struct ResponseOutcome {
   bool operator==(const ResponseOutcome&) const = default;
 };
 
+// Reads one response as the client does, receiving `step()` bytes at a time.
 template <class Step>
-ResponseOutcome parse_response(std::string_view stream, Limits lim, Step step) {
-  ResponseParser parser(lim.header, lim.body);
-  parser.expect(!stream.empty() && (stream.back() & 1));
-  std::size_t have = 0;
+ResponseOutcome read_response(std::string_view stream, const ClientSettings& settings, bool head, Step step) {
+  std::optional<d::BeastResponseParser> parser;
+  parser.emplace();
+  d::limit(*parser, settings, head);
+  d::beast::flat_buffer in;
+  std::size_t sent = 0;
   for (;;) {
-    have = std::min(stream.size(), have + step());
-    const bool end = have == stream.size();
-    const std::string_view data = stream.substr(0, have);
-    ResponseParser::Status st = parser.parse(data);
-    if (st == ResponseParser::Status::need_more && end) st = parser.finish(data);
-    if (st == ResponseParser::Status::error) {
-      check(!parser.error().reason.empty());
-      return {{}, 2};
+    d::beast::error_code ec;
+    const d::Fed fed = d::feed_response(parser, in, settings, head, ec);
+    if (fed == d::Fed::refused) return {{}, 2};
+    if (fed == d::Fed::need_more || fed == d::Fed::header) {
+      if (sent < stream.size()) {
+        receive(in, stream, sent, step());
+        continue;
+      }
+      // The end of the stream, as the client's on_eof(): a body that runs
+      // to it ends here; nothing at all is a lost connection; anything
+      // else is a malformed response.
+      if (stream.empty()) return {{}, 3};
+      if (!parser->is_header_done()) return {{}, 2};
+      parser->put_eof(ec);
+      if (ec || !parser->is_done()) return {{}, 2};
     }
-    if (st == ResponseParser::Status::complete) {
-      check(parser.consumed() <= have);
-      const bool keep = parser.keep_alive();
-      const std::size_t consumed = parser.consumed();
-      Response r = parser.take();
-      check(r.body.size() <= lim.body);
-      std::string flat =
-          std::to_string(r.status) + '\n' + r.content_type + '\n' + (keep ? "keep\n" : "close\n");
-      for (const auto& [n, v] : r.headers) flat += n + ':' + v + '\n';
-      flat += r.body;
-      // A close-delimited body takes the whole stream whatever the split;
-      // any other framing ends at the same byte either way.
-      flat += '\n' + std::to_string(consumed);
-      return {flat, 1};
-    }
-    if (end) return {{}, 3};
+    const bool keep = parser->get().keep_alive();
+    const Response r = d::to_response(parser->release());
+    check(r.body.size() <= settings.max_response_body_bytes);
+    std::string flat = std::to_string(r.status) + '\n' + r.content_type + '\n' + (keep ? "keep\n" : "close\n");
+    for (const auto& [n, v] : r.headers) flat += n + ':' + v + '\n';
+    flat += r.body;
+    // A close-delimited body takes the whole stream whatever the split;
+    // any other framing ends at the same byte either way.
+    flat += '\n' + std::to_string(sent - in.size());
+    return {flat, 1};
   }
 }
 
@@ -169,37 +208,34 @@ ResponseOutcome parse_response(std::string_view stream, Limits lim, Step step) {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view stream(reinterpret_cast<const char*>(data), size);
-  Limits lim;
   const std::uint8_t knob = size > 0 ? data[size - 1] : 0;
-  lim.header = 64 + (knob & 0x0f) * 256u;  // 64 .. 3904
-  lim.body = (knob >> 4) * 512u;           // 0 .. 7680
+  ServerSettings server;
+  server.max_header_bytes = 64 + (knob & 0x0f) * 256u;  // 64 .. 3904
+  server.max_body_bytes = (knob >> 4) * 512u;           // 0 .. 7680
 
-  const RequestOutcome whole = parse_requests(stream, lim, [&] { return stream.size(); });
-  const RequestOutcome bytewise = parse_requests(stream, lim, [] { return std::size_t{1}; });
+  std::vector<Request> requests;
+  const RequestOutcome whole = read_requests(stream, server, [&] { return stream.size(); }, &requests);
+  const RequestOutcome bytewise = read_requests(stream, server, [] { return std::size_t{1}; });
   check(bytewise == whole);
   std::minstd_rand rng(static_cast<std::uint32_t>(size * 2654435761u) ^ knob);
-  const RequestOutcome chunked = parse_requests(stream, lim, [&] { return std::size_t{1} + rng() % 97; });
+  const RequestOutcome chunked = read_requests(stream, server, [&] { return std::size_t{1} + rng() % 97; });
   check(chunked == whole);
 
-  // The parsed requests once more, for the helpers and the round trip.
-  {
-    RequestParser parser(lim.header, lim.body);
-    std::size_t start = 0;
-    while (start < stream.size() && parser.parse(stream.substr(start)) == RequestParser::Status::complete) {
-      start += parser.consumed();
-      const Request r = parser.take();
-      (void)r.query_param("a");
-      (void)r.header("host");
-      std::string decoded;
-      (void)troupe::http::detail::percent_decode(r.query, decoded, true);
-      const auto path = troupe::http::detail::target_path(r.target);
-      check(path.has_value());
-      round_trip(r, lim);
-    }
+  for (const Request& r : requests) {
+    (void)r.query_param("a");
+    (void)r.header("host");
+    std::string decoded;
+    (void)d::percent_decode(r.query, decoded, true);
+    check(d::target_path(r.target).has_value());
+    round_trip(r);
   }
 
-  const ResponseOutcome rw = parse_response(stream, lim, [&] { return stream.size(); });
-  const ResponseOutcome rb = parse_response(stream, lim, [] { return std::size_t{1}; });
+  ClientSettings client;
+  client.max_response_header_bytes = server.max_header_bytes;
+  client.max_response_body_bytes = server.max_body_bytes;
+  const bool head = !stream.empty() && (stream.back() & 1);
+  const ResponseOutcome rw = read_response(stream, client, head, [&] { return stream.size(); });
+  const ResponseOutcome rb = read_response(stream, client, head, [] { return std::size_t{1}; });
   check(rb == rw);
   return 0;
 }

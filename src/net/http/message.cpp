@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "parser.hpp"
+#include "syntax.hpp"
 #include "troupe/net/http.hpp"
 
 namespace troupe::http {

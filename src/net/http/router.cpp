@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "parser.hpp"
+#include "syntax.hpp"
 #include "troupe/net/http.hpp"
 
 namespace troupe::http {

@@ -1,8 +1,7 @@
 #pragma once
-// What every HTTP server implementation of troupe::http::Server shares,
-// whichever socket library runs it: the counters behind ServerStats, the
-// checks of ServerSettings, the error codes of refusals, and how a
-// Responder reaches its connection. Internal to src/net/http/.
+// The HTTP server's parts that do not touch a socket: the counters behind
+// ServerStats, the checks of ServerSettings, the error codes of refusals,
+// and how a Responder reaches its connection. Internal to src/net/http/.
 //
 // The Responder helpers are templates over the implementation's own loop
 // and connection types, which provide:
@@ -21,13 +20,10 @@
 #include <string>
 #include <string_view>
 
+#include "syntax.hpp"
 #include "troupe/net/http.hpp"
 
 namespace troupe::http::detail {
-
-inline std::string millis(Duration d) {
-  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
-}
 
 // The "code" of the JSON error body a refusal with this status carries.
 inline std::string_view error_code_for(int status) noexcept {
