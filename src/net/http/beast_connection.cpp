@@ -56,7 +56,7 @@ void ServerConnection::on_read(const beast::error_code& ec, std::size_t n) {
       close();
       return;
     }
-    if (buffer_.size() > 0 || (parser_ && parser_->got_some())) {
+    if (buffer_.size() > 0 || (request_ && request_->parser.got_some())) {
       push_error(400, "the connection ended inside a request");
       return;
     }
@@ -87,27 +87,27 @@ bool ServerConnection::parse() {
     ~Done() { flag = false; }
   } done{parsing_};
   for (;;) {
-    if (!parser_) {
-      parser_.emplace();
-      limit(*parser_, s_->settings);
+    if (!request_) {
+      request_.emplace();
+      limit(*request_, s_->settings);
     }
     Refusal refusal;
-    switch (feed_request(*parser_, buffer_, s_->settings.max_header_bytes, refusal)) {
+    switch (feed_request(*request_, buffer_, s_->settings.max_header_bytes, refusal)) {
       case Fed::need_more:
         return true;
       case Fed::refused:
         push_error(refusal.status, std::move(refusal.reason));
         return false;
       case Fed::header:
-        if (expects_continue(parser_->get()) && slots_.empty() && !writing_ && !parser_->is_done()) {
+        if (expects_continue(request_->parser.get()) && slots_.empty() && !writing_ && !request_->parser.is_done()) {
           static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
           beast::error_code ignored;
           asio::write(socket_, asio::buffer(kContinue), ignored);
         }
         continue;
       case Fed::done: {
-        BeastRequest request = parser_->release();
-        parser_.reset();
+        BeastRequest request = request_->parser.release();
+        request_.reset();
         // The next request begins with the bytes already here, if any.
         in_request_ = buffer_.size() > 0;
         request_started_ = last_activity_;

@@ -27,30 +27,43 @@ struct Refusal {
 
 // --- server side ---------------------------------------------------------------------
 
-// Gives a fresh request parser the server's limits. The header block's
-// limit is troupe's (header_refusal): Beast's own counts bytes as they
-// arrive, so a request would pass or not depending on how TCP split it.
-void limit(BeastRequestParser& parser, const ServerSettings& settings);
+// One message being read: Beast's parser, and how far troupe has looked
+// for the end of its header block. Beast is handed a header block only once
+// it is whole: given part of one, Beast keeps state that makes what it
+// reports depend on how the bytes arrived (a malformed request line is
+// refused at once when it arrives in one piece, only at the end of the
+// header when it trickles in; its own size limit counts the request line
+// and the fields apart, and lets a block over it through or not depending
+// on the split), so one request would be served or refused depending on
+// how TCP split it. troupe looks for the block's end itself, within its
+// limit, and refuses a block that does not end within it; a bare LF, and a
+// request method that is not a token, are refused as they arrive.
+template <class Parser>
+struct Reading {
+  Parser parser;
+  std::size_t scanned = 0;    // bytes of the header block searched for its end so far
+  bool method_done = false;  // a request line's method has been read whole
+};
+using RequestReading = Reading<BeastRequestParser>;
+using ResponseReading = Reading<BeastResponseParser>;
 
-// The refusal of a request whose header block (through its empty line)
-// is longer than `max_header_bytes`, or cannot end within it: 414 when the
-// request line alone is, else 431. `data`: the request's bytes from its
-// first on, as many as have arrived. nullopt: within the limit so far.
-std::optional<Refusal> header_refusal(std::string_view data, std::size_t max_header_bytes);
-
-// Feeds what `in` holds to `parser` as the server does, consuming what the
-// parser takes: the header block's size is checked first, then Beast
-// parses the header, then check_header(); then the body. `header`: the
-// header has just passed (call again for the body); `done`: the request is
-// complete (what is left in `in` is the next one's); need_more: read more;
-// refused: `refusal` says why.
-enum class Fed { need_more, header, done, refused };
-Fed feed_request(BeastRequestParser& parser, beast::flat_buffer& in, std::size_t max_header_bytes, Refusal& refusal);
+// Gives a fresh request's reading the server's limits.
+void limit(RequestReading& reading, const ServerSettings& settings);
 
 // The refusal for an error Beast reported while reading a request.
-// `unparsed`: the bytes left in the read buffer (Beast drops each line from
-// it once parsed, so they start at the line it stopped in).
-Refusal refusal_for(const beast::error_code& ec, std::string_view unparsed, std::size_t max_header_bytes);
+// `unparsed`: the bytes left in the read buffer (from the line Beast
+// stopped in).
+Refusal refusal_for(const beast::error_code& ec, std::string_view unparsed);
+
+// Feeds what `in` holds to the request's parser as the server does,
+// consuming what the parser takes: the header first (within
+// max_header_bytes: 414 when the request line alone does not fit, else
+// 431), then check_header(), then the body. `header`: the header has just
+// passed (call again for the body); `done`: the request is complete (what
+// is left in `in` is the next one's); need_more: read more; refused:
+// `refusal` says why.
+enum class Fed { need_more, header, done, refused };
+Fed feed_request(RequestReading& reading, beast::flat_buffer& in, std::size_t max_header_bytes, Refusal& refusal);
 
 // Checks a request whose header is in: its version, Host, field count and
 // framing (Transfer-Encoding with Content-Length, codings other than
@@ -77,9 +90,9 @@ std::string to_wire(const BeastResponse& response);
 
 // --- client side ---------------------------------------------------------------------
 
-// Gives a fresh response parser the client's limits; `head`: the request
-// was a HEAD, so the response has no body whatever it says.
-void limit(BeastResponseParser& parser, const ClientSettings& settings, bool head);
+// Gives a fresh response's reading the client's limits; `head`: the
+// request was a HEAD, so the response has no body whatever it says.
+void limit(ResponseReading& reading, const ClientSettings& settings, bool head);
 
 // The bytes of a request: Host is `host`; Content-Length is written when
 // there is a body or the method usually carries one. nullopt for a method
@@ -91,7 +104,7 @@ std::optional<std::string> request_wire(const ClientRequest& request, std::strin
 // parser takes; an interim (1xx) response is skipped (the parser renewed,
 // with the same limits). `done`: a final response is complete (what is
 // left in `in` is not its); need_more: read more; refused: `ec` says why.
-Fed feed_response(std::optional<BeastResponseParser>& parser, beast::flat_buffer& in, const ClientSettings& settings,
+Fed feed_response(std::optional<ResponseReading>& reading, beast::flat_buffer& in, const ClientSettings& settings,
                   bool head, beast::error_code& ec);
 
 // The response as the client hands it to `done`.

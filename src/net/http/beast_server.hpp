@@ -116,7 +116,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   // What has arrived and the parser has not taken yet. Only touched while
   // no read is pending (a read writes into its prepared tail).
   beast::flat_buffer buffer_;
-  std::optional<BeastRequestParser> parser_;
+  std::optional<RequestReading> request_;  // the request being read
   std::deque<Slot> slots_;
   std::deque<std::shared_ptr<BeastResponse>> out_;  // ready, in order
   std::uint64_t next_seq_ = 1;

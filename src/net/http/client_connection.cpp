@@ -54,8 +54,8 @@ void ClientConnection::on_connected(const beast::error_code& ec) {
 void ClientConnection::send(PendingRequest&& p) {
   state_ = State::busy;
   current_.emplace(std::move(p));
-  parser_.emplace();
-  limit(*parser_, s_.settings, current_->head);
+  response_.emplace();
+  limit(*response_, s_.settings, current_->head);
   got_bytes_ = false;
   if (!timer_armed_ || armed_at_ > current_->deadline) arm(current_->deadline);
   asio::async_write(socket_, asio::buffer(current_->wire),
@@ -103,7 +103,7 @@ void ClientConnection::on_read(const beast::error_code& ec, std::size_t n) {
 // complete response.
 void ClientConnection::parse() {
   beast::error_code ec;
-  switch (feed_response(parser_, in_, s_.settings, current_->head, ec)) {
+  switch (feed_response(response_, in_, s_.settings, current_->head, ec)) {
     case Fed::need_more:
     case Fed::header:  // (a request's step: not for responses)
       read();
@@ -114,18 +114,19 @@ void ClientConnection::parse() {
     case Fed::done:
       // Anything after the response is not ours to read: close rather than
       // misread the next one.
-      deliver_and_continue(parser_->get().keep_alive() && in_.size() == 0);
+      deliver_and_continue(response_->parser.get().keep_alive() && in_.size() == 0);
       return;
   }
 }
 
 // The server closed the connection while a request was on it.
 void ClientConnection::on_eof() {
-  if (parser_->got_some() && parser_->is_header_done()) {
+  BeastResponseParser& parser = response_->parser;
+  if (parser.got_some() && parser.is_header_done()) {
     // A body that runs to the end of the stream ends here; any other is cut short.
     beast::error_code ec;
-    parser_->put_eof(ec);
-    if (!ec && parser_->is_done()) {
+    parser.put_eof(ec);
+    if (!ec && parser.is_done()) {
       deliver_and_continue(false);
       return;
     }
@@ -146,8 +147,8 @@ Error ClientConnection::malformed(const beast::error_code& ec) const {
 void ClientConnection::deliver_and_continue(bool keep) {
   PendingRequest p = std::move(*current_);
   current_.reset();
-  Response r = to_response(parser_->release());
-  parser_.reset();
+  Response r = to_response(response_->parser.release());
+  response_.reset();
   reused_ = true;
   if (keep) {
     state_ = State::idle;

@@ -114,7 +114,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection> {
   bool reading_ = false;
   bool reused_ = false;    // answered a request before the current one
   bool got_bytes_ = false;  // some of the current request's response has arrived
-  std::optional<BeastResponseParser> parser_;
+  std::optional<ResponseReading> response_;  // the response being read
   std::optional<PendingRequest> current_;
 };
 

@@ -99,18 +99,18 @@ RequestOutcome read_requests(std::string_view stream, const ServerSettings& sett
   RequestOutcome out;
   d::beast::flat_buffer in;
   std::size_t sent = 0;
-  std::optional<d::BeastRequestParser> parser;
+  std::optional<d::RequestReading> reading;
   for (;;) {
-    if (!parser) {
-      parser.emplace();
-      d::limit(*parser, settings);
+    if (!reading) {
+      reading.emplace();
+      d::limit(*reading, settings);
     }
     d::Refusal refusal;
-    switch (d::feed_request(*parser, in, settings.max_header_bytes, refusal)) {
+    switch (d::feed_request(*reading, in, settings.max_header_bytes, refusal)) {
       case d::Fed::need_more:
         if (sent == stream.size()) {
           // The end of the stream: between requests a clean end, inside one a 400.
-          if (in.size() > 0 || parser->got_some()) out.refusal = 400;
+          if (in.size() > 0 || reading->parser.got_some()) out.refusal = 400;
           return out;
         }
         receive(in, stream, sent, step());
@@ -120,13 +120,13 @@ RequestOutcome read_requests(std::string_view stream, const ServerSettings& sett
         out.refusal = refusal.status;
         return out;
       case d::Fed::header:
-        (void)d::expects_continue(parser->get());
+        (void)d::expects_continue(reading->parser.get());
         continue;
       case d::Fed::done: {
-        const bool keep = parser->get().keep_alive();
+        const bool keep = reading->parser.get().keep_alive();
         Request r;
-        auto refused = d::to_request(parser->release(), r);
-        parser.reset();
+        auto refused = d::to_request(reading->parser.release(), r);
+        reading.reset();
         if (refused) {
           check(known_status(refused->status) && !refused->reason.empty());
           out.refusal = refused->status;
@@ -169,14 +169,14 @@ struct ResponseOutcome {
 // Reads one response as the client does, receiving `step()` bytes at a time.
 template <class Step>
 ResponseOutcome read_response(std::string_view stream, const ClientSettings& settings, bool head, Step step) {
-  std::optional<d::BeastResponseParser> parser;
-  parser.emplace();
-  d::limit(*parser, settings, head);
+  std::optional<d::ResponseReading> reading;
+  reading.emplace();
+  d::limit(*reading, settings, head);
   d::beast::flat_buffer in;
   std::size_t sent = 0;
   for (;;) {
     d::beast::error_code ec;
-    const d::Fed fed = d::feed_response(parser, in, settings, head, ec);
+    const d::Fed fed = d::feed_response(reading, in, settings, head, ec);
     if (fed == d::Fed::refused) return {{}, 2};
     if (fed == d::Fed::need_more || fed == d::Fed::header) {
       if (sent < stream.size()) {
@@ -187,12 +187,12 @@ ResponseOutcome read_response(std::string_view stream, const ClientSettings& set
       // to it ends here; nothing at all is a lost connection; anything
       // else is a malformed response.
       if (stream.empty()) return {{}, 3};
-      if (!parser->is_header_done()) return {{}, 2};
-      parser->put_eof(ec);
-      if (ec || !parser->is_done()) return {{}, 2};
+      if (!reading->parser.is_header_done()) return {{}, 2};
+      reading->parser.put_eof(ec);
+      if (ec || !reading->parser.is_done()) return {{}, 2};
     }
-    const bool keep = parser->get().keep_alive();
-    const Response r = d::to_response(parser->release());
+    const bool keep = reading->parser.get().keep_alive();
+    const Response r = d::to_response(reading->parser.release());
     check(r.body.size() <= settings.max_response_body_bytes);
     std::string flat = std::to_string(r.status) + '\n' + r.content_type + '\n' + (keep ? "keep\n" : "close\n");
     for (const auto& [n, v] : r.headers) flat += n + ':' + v + '\n';
