@@ -42,6 +42,14 @@ bool header_too_long(std::string_view data, std::size_t max) noexcept {
   return data.size() >= max && data.substr(0, max).find("\r\n\r\n") == std::string_view::npos;
 }
 
+// A line end without its CR in `block`, the part of a header block that
+// has arrived.
+bool bare_lf(std::string_view block) noexcept {
+  for (std::size_t i = block.find('\n'); i != std::string_view::npos; i = block.find('\n', i + 1))
+    if (i == 0 || block[i - 1] != '\r') return true;
+  return false;
+}
+
 // Beast's own header limit, above troupe's, which always binds first.
 std::uint32_t beast_header_limit(std::size_t max) noexcept {
   return static_cast<std::uint32_t>(std::min<std::size_t>(max * 2 + 64, UINT32_MAX));
@@ -68,10 +76,24 @@ Fed feed_request(BeastRequestParser& parser, beast::flat_buffer& in, std::size_t
   for (;;) {
     const bool in_header = !parser.is_header_done();
     if (in_header) {
-      if (auto r = header_refusal(unparsed(in), max_header_bytes)) {
+      // Beast is handed the header block whole: handed a part, it parses
+      // and drops each complete line, and the lines dropped would count
+      // neither against the limit nor against Beast's own. Meanwhile a
+      // bare LF, which Beast would refuse, is looked for here (within the
+      // limit, so that whether it or the limit comes first does not
+      // depend on the split).
+      const std::string_view data = unparsed(in);
+      const std::size_t end = data.find("\r\n\r\n");
+      const std::size_t arrived = end == std::string_view::npos ? data.size() : end + 4;
+      if (bare_lf(data.substr(0, std::min(arrived, max_header_bytes)))) {
+        refusal = Refusal{400, "a line of the header ends in LF without CR"};
+        return Fed::refused;
+      }
+      if (auto r = header_refusal(data, max_header_bytes)) {
         refusal = std::move(*r);
         return Fed::refused;
       }
+      if (end == std::string_view::npos) return Fed::need_more;
     }
     if (parser.is_done()) return Fed::done;
     if (in.size() == 0) return Fed::need_more;
