@@ -201,6 +201,9 @@ std::shared_ptr<BeastResponse> to_beast(Response&& r, unsigned version, bool hea
   }
   if (!date.empty()) res->set(bhttp::field::date, bsv(date));
   res->keep_alive(!close);
+  // A 204 or 304 has no body and no length to write (RFC 9110 8.6, 15.3.5);
+  // Beast's prepare_payload() would throw for a body there.
+  if (r.status == 204 || r.status == 304) return res;
   res->body() = std::move(r.body);
   res->prepare_payload();
   if (head) res->body().clear();  // Content-Length stays that of the GET
