@@ -51,6 +51,26 @@ bool bare_lf(std::string_view block) noexcept {
   return false;
 }
 
+// The header block at the start of `data`, as far as it has arrived:
+// `whole` once its empty line is in; `bare_lf` when a line within `max`
+// ends in a LF alone; `too_long` when it is longer than `max` or cannot
+// end within it.
+//
+// Beast is handed a header block only whole (server and client alike):
+// handed a part, it parses and drops each complete line, and the lines
+// dropped would count neither against troupe's limit nor against Beast's
+// own (which counts each call's bytes). A bare LF, which Beast refuses as
+// soon as it sees one, is looked for here meanwhile, within the limit, so
+// that whether it or the limit binds first does not depend on the split.
+enum class Block { partial, whole, too_long, bare_lf };
+Block header_block(std::string_view data, std::size_t max) noexcept {
+  const std::size_t end = data.find("\r\n\r\n");
+  const std::size_t arrived = end == std::string_view::npos ? data.size() : end + 4;
+  if (bare_lf(data.substr(0, std::min(arrived, max)))) return Block::bare_lf;
+  if (header_too_long(data, max)) return Block::too_long;
+  return end == std::string_view::npos ? Block::partial : Block::whole;
+}
+
 // Beast's own header limit, above troupe's, which always binds first.
 std::uint32_t beast_header_limit(std::size_t max) noexcept {
   return static_cast<std::uint32_t>(std::min<std::size_t>(max * 2 + 64, UINT32_MAX));
@@ -77,24 +97,19 @@ Fed feed_request(BeastRequestParser& parser, beast::flat_buffer& in, std::size_t
   for (;;) {
     const bool in_header = !parser.is_header_done();
     if (in_header) {
-      // Beast is handed the header block whole: handed a part, it parses
-      // and drops each complete line, and the lines dropped would count
-      // neither against the limit nor against Beast's own. Meanwhile a
-      // bare LF, which Beast would refuse, is looked for here (within the
-      // limit, so that whether it or the limit comes first does not
-      // depend on the split).
       const std::string_view data = unparsed(in);
-      const std::size_t end = data.find("\r\n\r\n");
-      const std::size_t arrived = end == std::string_view::npos ? data.size() : end + 4;
-      if (bare_lf(data.substr(0, std::min(arrived, max_header_bytes)))) {
-        refusal = Refusal{400, "a line of the header ends in LF without CR"};
-        return Fed::refused;
+      switch (header_block(data, max_header_bytes)) {
+        case Block::partial:
+          return Fed::need_more;
+        case Block::bare_lf:
+          refusal = Refusal{400, "a line of the header ends in LF without CR"};
+          return Fed::refused;
+        case Block::too_long:
+          refusal = *header_refusal(data, max_header_bytes);
+          return Fed::refused;
+        case Block::whole:
+          break;
       }
-      if (auto r = header_refusal(data, max_header_bytes)) {
-        refusal = std::move(*r);
-        return Fed::refused;
-      }
-      if (end == std::string_view::npos) return Fed::need_more;
     }
     if (parser.is_done()) return Fed::done;
     if (in.size() == 0) return Fed::need_more;
@@ -254,9 +269,13 @@ std::optional<std::string> request_wire(const ClientRequest& r, std::string_view
 Fed feed_response(std::optional<BeastResponseParser>& parser, beast::flat_buffer& in, const ClientSettings& settings,
                   bool head, beast::error_code& ec) {
   while (in.size() > 0) {
-    if (!parser->is_header_done() && header_too_long(unparsed(in), settings.max_response_header_bytes)) {
-      ec = bhttp::error::header_limit;
-      return Fed::refused;
+    if (!parser->is_header_done()) {
+      const Block block = header_block(unparsed(in), settings.max_response_header_bytes);
+      if (block == Block::partial) break;
+      if (block != Block::whole) {
+        ec = block == Block::bare_lf ? bhttp::error::bad_line_ending : bhttp::error::header_limit;
+        return Fed::refused;
+      }
     }
     ec = {};
     in.consume(parser->put(in.data(), ec));
