@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iterator>
 #include <sstream>
+#include <vector>
 
 #include "syntax.hpp"
 
@@ -127,12 +128,11 @@ Fed feed_request(RequestReading& r, beast::flat_buffer& in, std::size_t max_head
     if (in.size() == 0) return Fed::need_more;
     beast::error_code ec;
     if (!r.parser.is_header_done()) {
-      const bool line_ends = unparsed(in).substr(0, max_header_bytes).find("\r\n") != std::string_view::npos;
       switch (put_header(r, in, max_header_bytes, true, ec)) {
         case HeaderStep::need_more:
           return Fed::need_more;
-        case HeaderStep::too_long:
-          if (!line_ends)
+        case HeaderStep::too_long:  // (nothing of `in` taken)
+          if (unparsed(in).substr(0, max_header_bytes).find("\r\n") == std::string_view::npos)
             refusal = {414, "request line longer than " + std::to_string(max_header_bytes) + " bytes"};
           else
             refusal = {431, "header block longer than " + std::to_string(max_header_bytes) + " bytes"};
@@ -181,7 +181,11 @@ Refusal refusal_for(const beast::error_code& ec, std::string_view unparsed) {
     if (well_formed_other_version(unparsed)) return {505, "HTTP version is not supported (HTTP/1.1 is)"};
     return {400, "malformed HTTP version or line end (" + what + ")"};
   }
-  if (ec == bhttp::error::bad_transfer_encoding) return {501, "transfer coding not supported (" + what + ")"};
+  // Beast says bad_transfer_encoding of a Transfer-Encoding after
+  // Content-Length or after one that ends in chunked: framing two ways, not
+  // a coding it lacks (those pass to check_header(), which answers 501).
+  if (ec == bhttp::error::bad_transfer_encoding)
+    return {400, "Transfer-Encoding with Content-Length, or twice (" + what + ")"};
   if (ec == bhttp::error::partial_message) return {400, "the connection ended inside a request"};
   return {400, what};
 }
@@ -197,10 +201,16 @@ std::optional<Refusal> check_header(const BeastRequest& req) {
     return Refusal{400, "both Transfer-Encoding and Content-Length"};
   if (req.count(bhttp::field::transfer_encoding) > 0) {
     // Beast decodes chunked and hands any other coding through as it is.
-    for (std::string_view coding : split_list(sv(req[bhttp::field::transfer_encoding])))
+    const std::vector<std::string_view> codings = split_list(sv(req[bhttp::field::transfer_encoding]));
+    for (std::string_view coding : codings)
       if (!iequals(coding, "chunked"))
         return Refusal{501,
                        "transfer coding '" + std::string(coding.substr(0, 32)) + "' is not supported (only chunked is)"};
+    // Beast frames "chunked, chunked" (or an empty list) as no body at
+    // all, and an HTTP/1.0 peer may not know chunked (RFC 9112 6.1): either
+    // way whoever sent the request on may have framed it otherwise.
+    if (codings.size() != 1) return Refusal{400, "Transfer-Encoding must name chunked, once"};
+    if (req.version() == 10) return Refusal{400, "Transfer-Encoding in an HTTP/1.0 request"};
   }
   if (req.version() == 11 && req.count(bhttp::field::expect) > 0 &&
       !iequals(sv(req[bhttp::field::expect]), "100-continue"))
@@ -242,6 +252,9 @@ std::shared_ptr<BeastResponse> to_beast(Response&& r, unsigned version, bool hea
   }
   if (!date.empty()) res->set(bhttp::field::date, bsv(date));
   res->keep_alive(!close);
+  // A 204 or 304 has no body and no length to write (RFC 9110 8.6, 15.3.5);
+  // Beast's prepare_payload() would throw for a body there.
+  if (r.status == 204 || r.status == 304) return res;
   res->body() = std::move(r.body);
   res->prepare_payload();
   if (head) res->body().clear();  // Content-Length stays that of the GET

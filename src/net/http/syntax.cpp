@@ -127,7 +127,7 @@ std::optional<std::string_view> target_path(std::string_view target) noexcept {
     authority = 8;
   if (authority == 0) return std::nullopt;
   const std::size_t end = target.find_first_of("/?", authority);
-  if (end == authority) return std::nullopt;  // no host
+  if (end == authority || authority == target.size()) return std::nullopt;  // no host
   if (end == std::string_view::npos || target[end] == '?') return std::string_view("/");
   return target.substr(end, target.find('?', end) - end);
 }
