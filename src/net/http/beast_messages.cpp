@@ -107,6 +107,21 @@ bool short_last_chunk(const Parser& parser, const beast::flat_buffer& in) noexce
   return parser.chunked() && data.size() < 5 && data.substr(0, 3) == "0\r\n";
 }
 
+// Lets the chunked body's framing see what has arrived since it last
+// looked, before Beast does.
+template <class Parser>
+std::optional<ChunkFraming::Bad> look_ahead(Reading<Parser>& r, const beast::flat_buffer& in) {
+  std::optional<ChunkFraming::Bad> bad;
+  if (r.chunks && !r.chunks->done()) r.looked += r.chunks->look(unparsed(in).substr(r.looked), bad);
+  return bad;
+}
+
+// Beast took `used` bytes from the front of the read buffer.
+template <class Parser>
+void taken(Reading<Parser>& r, std::size_t used) noexcept {
+  r.looked -= std::min(used, r.looked);
+}
+
 // Beast's own header limit, above troupe's, which always binds first.
 std::uint32_t beast_header_limit(std::size_t max) noexcept {
   return static_cast<std::uint32_t>(std::min<std::size_t>(max * 2 + 64, UINT32_MAX));
@@ -117,6 +132,7 @@ std::uint32_t beast_header_limit(std::size_t max) noexcept {
 // --- server side ---------------------------------------------------------------------
 
 void limit(RequestReading& reading, const ServerSettings& settings) {
+  reading.max_body = settings.max_body_bytes;
   reading.parser.header_limit(beast_header_limit(settings.max_header_bytes));
   reading.parser.body_limit(settings.max_body_bytes);
   reading.parser.eager(false);  // stop after the header: check_header() comes before the body
@@ -156,11 +172,17 @@ Fed feed_request(RequestReading& r, beast::flat_buffer& in, std::size_t max_head
         return Fed::refused;
       }
       r.parser.eager(true);
+      if (r.parser.chunked()) r.chunks.emplace(r.max_body, max_header_bytes);
       return Fed::header;
+    }
+    if (auto bad = look_ahead(r, in)) {
+      refusal = {bad->status, std::move(bad->reason)};
+      return Fed::refused;
     }
     if (short_last_chunk(r.parser, in)) return Fed::need_more;
     const std::size_t used = r.parser.put(in.data(), ec);
     in.consume(used);
+    taken(r, used);
     if (ec == bhttp::error::need_more) return Fed::need_more;
     if (ec) {
       refusal = refusal_for(ec, unparsed(in));
@@ -270,6 +292,7 @@ std::string to_wire(const BeastResponse& response) {
 // --- client side ---------------------------------------------------------------------
 
 void limit(ResponseReading& reading, const ClientSettings& settings, bool head) {
+  reading.max_body = settings.max_response_body_bytes;
   reading.parser.header_limit(beast_header_limit(settings.max_response_header_bytes));
   reading.parser.body_limit(settings.max_response_body_bytes);
   // Stop after the header: Beast would reserve the body's announced length
@@ -327,9 +350,19 @@ Fed feed_response(std::optional<ResponseReading>& r, beast::flat_buffer& in, con
         return Fed::refused;
       }
       r->parser.eager(true);  // the body, now that its length is known to fit
+      if (r->parser.chunked() && !r->parser.is_done())
+        r->chunks.emplace(r->max_body, settings.max_response_header_bytes);
     } else {
+      if (auto bad = look_ahead(*r, in)) {
+        ec = bad->status == 413 ? bhttp::error::body_limit
+             : bad->status == 431 ? bhttp::error::header_limit
+                                  : bhttp::error::bad_chunk;
+        return Fed::refused;
+      }
       if (short_last_chunk(r->parser, in)) break;
-      in.consume(r->parser.put(in.data(), ec));
+      const std::size_t used = r->parser.put(in.data(), ec);
+      in.consume(used);
+      taken(*r, used);
     }
     if (ec == bhttp::error::need_more) break;
     if (ec) return Fed::refused;

@@ -8,12 +8,14 @@
 // Thread safety: pure functions over values; any thread.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "beast_headers.hpp"
+#include "chunk_framing.hpp"
 #include "troupe/net/http.hpp"
 
 namespace troupe::http::detail {
@@ -38,11 +40,16 @@ struct Refusal {
 // how TCP split it. troupe looks for the block's end itself, within its
 // limit, and refuses a block that does not end within it; a bare LF, and a
 // request method that is not a token, are refused as they arrive.
+// A chunked body's framing is followed ahead of Beast for the same reason
+// (chunk_framing.hpp).
 template <class Parser>
 struct Reading {
   Parser parser;
   std::size_t scanned = 0;    // bytes of the header block searched for its end so far
   bool method_done = false;  // a request line's method has been read whole
+  std::uint64_t max_body = 0;  // set by limit()
+  std::optional<ChunkFraming> chunks;  // once the header says chunked
+  std::size_t looked = 0;              // bytes at the front of the read buffer `chunks` has seen
 };
 using RequestReading = Reading<BeastRequestParser>;
 using ResponseReading = Reading<BeastResponseParser>;

@@ -9,6 +9,7 @@
 troupe_add_fuzz(http_parser_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/http_parser_fuzz.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/beast_messages.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/chunk_framing.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/syntax.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/net/http/message.cpp
   CORPUS src/net/http/fuzz_corpus
