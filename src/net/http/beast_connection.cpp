@@ -60,10 +60,12 @@ void ServerConnection::on_read(const beast::error_code& ec, std::size_t n) {
       push_error(400, "the connection ended inside a request");
       return;
     }
+    // The client half-closed: answer what it asked (flush() closes after
+    // the last answer), then close.
     read_stopped_ = true;
     if (slots_.empty() && !writing_ && out_.empty())
       close();
-    else
+    else if (slots_.empty())
       close_after_write_ = true;
     return;
   }

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -335,9 +337,13 @@ TEST(HttpServer, HonoursConnectionCloseAndHttp10) {
 
 TEST(HttpServer, AnswersAClientThatHalfClosedAfterItsRequests) {
   Router router;
-  router.add("GET", "/x", [](Request&, Responder r) {
-    std::thread([r = std::move(r)]() mutable {
-      std::this_thread::sleep_for(20ms);
+  // The second answer comes well after the first has gone out: the
+  // connection stays open for it.
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  router.add("GET", "/x", [calls](Request&, Responder r) {
+    const auto delay = calls->fetch_add(1) == 0 ? 20ms : 150ms;
+    std::thread([r = std::move(r), delay]() mutable {
+      std::this_thread::sleep_for(delay);
       r.respond(Response::text(200, "late"));
     }).detach();
   });
