@@ -1,5 +1,6 @@
 #pragma once
-// troupe's HTTP/1.1 server and client, on standalone Asio.
+// troupe's HTTP/1.1 server and client (Boost.Beast and Boost.Asio inside;
+// nothing of them shows here).
 //
 // Built for request handlers that answer later, from any thread: a handler
 // gets the Request and a Responder, may pass the Responder to an actor, and
