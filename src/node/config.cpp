@@ -171,6 +171,9 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     c.data_dir = dir;
     TROUPE_TRY(threads, r.integer("threads", 0, 0, 256));
     c.threads = static_cast<std::size_t>(threads);
+    TROUPE_TRY(grace, r.millis("drain_grace_ms", c.drain_grace, std::chrono::milliseconds(0),
+                               std::chrono::milliseconds(600'000)));
+    c.drain_grace = grace;
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
   }
   {

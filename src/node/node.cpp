@@ -6,7 +6,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "node_impl.hpp"
 
@@ -209,7 +212,23 @@ void Node::wait_for_stop_signal() {
     impl_->stop_cv.wait(lk, [&] { return impl_->stop_requested; });
   }
   g_signalled_node.store(nullptr);
-  (void)drain();
+  // Balancers first: /ready answers 503 from now on while both ports keep
+  // serving for drain_grace, so that nothing already on its way, or sent
+  // before a balancer's next check, meets a closed port.
+  impl_->draining.store(true);
+  const auto grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(config_.drain_grace).count();
+  std::fprintf(stderr, "troupe: node '%s': drain started: /ready answers 503; serving %lld ms more, then handing off\n",
+               config_.id.c_str(), static_cast<long long>(grace_ms));
+  std::this_thread::sleep_for(config_.drain_grace);
+  const auto started = std::chrono::steady_clock::now();
+  const auto drained = drain();
+  const auto took_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  if (drained.ok())
+    std::fprintf(stderr, "troupe: node '%s': drained in %lld ms\n", config_.id.c_str(), static_cast<long long>(took_ms));
+  else
+    std::fprintf(stderr, "troupe: node '%s': drain failed after %lld ms: %s\n", config_.id.c_str(),
+                 static_cast<long long>(took_ms), drained.error().to_string().c_str());
   // Wake the waiter if no signal came (a POST /drain).
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();

@@ -88,9 +88,11 @@ class NodeTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void start(const std::string& extra = "") {
+  // `extra`: TOML appended after the fixed tables; `node_extra`: settings
+  // added to [node].
+  void start(const std::string& extra = "", const std::string& node_extra = "") {
     std::string text = "[node]\nid = \"n1\"\ndata_dir = \"" + dir_.string() +
-                       "\"\nthreads = 2\n[admin]\nport = 0\n[journal]\nbackend = \"sqlite\"\n"
+                       "\"\nthreads = 2\n" + node_extra + "[admin]\nport = 0\n[journal]\nbackend = \"sqlite\"\n"
                        // A held tally would keep a graceful stop waiting for its episode (E6).
                        "[entities]\nstop_timeout_ms = 300\n" + extra;
     auto cfg = NodeConfig::parse(text, "test.toml");
@@ -446,6 +448,38 @@ TEST_F(NodeTest, DrainTurnsReadyOffAndStopsTheEntityTypes) {
   ASSERT_TRUE(node_->drain().ok());
   auto after = tallies_->ask<std::int64_t>("x", [](troupe::ReplyTo<std::int64_t> rt) { return Get{std::move(rt)}; }, 5s).get();
   EXPECT_FALSE(after.ok());
+}
+
+TEST_F(NodeTest, AnOperatorsDrainTurnsReadyOffAtOnceAndServesThroughTheGraceBeforeHandingOff) {
+  start("", "drain_grace_ms = 1500\n");
+  node_->mark_ready();
+  std::thread operator_wait([this] { node_->wait_for_stop_signal(); });
+  const auto asked = std::chrono::steady_clock::now();
+  call_json("POST", "/drain", 202);
+  EXPECT_EQ(call_json("GET", "/ready", 503)["ready"], false) << "balancers are told at once";
+  // Both the admin API and the entity types still serve during the grace.
+  EXPECT_EQ(call("GET", "/health").status, 200);
+  auto during = tallies_->ask<std::int64_t>("x", [](troupe::ReplyTo<std::int64_t> rt) { return Get{std::move(rt)}; }, 5s).get();
+  EXPECT_TRUE(during.ok()) << during.error().to_string();
+  const bool checked_within_grace = std::chrono::steady_clock::now() - asked < 1200ms;
+  operator_wait.join();
+  EXPECT_TRUE(checked_within_grace) << "the checks above must run inside the grace to mean anything";
+  EXPECT_GE(std::chrono::steady_clock::now() - asked, 1500ms) << "nothing is handed off before the grace ends";
+  auto after = tallies_->ask<std::int64_t>("x", [](troupe::ReplyTo<std::int64_t> rt) { return Get{std::move(rt)}; }, 5s).get();
+  EXPECT_FALSE(after.ok()) << "then the drain stops the entity types";
+}
+
+TEST(NodeConfigDrain, TheGraceIsReadInMillisecondsAndBounded) {
+  auto dflt = NodeConfig::parse("", "a.toml");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->drain_grace, std::chrono::milliseconds(3000));
+  auto zero = NodeConfig::parse("[node]\ndrain_grace_ms = 0\n", "a.toml");
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(zero->drain_grace, std::chrono::milliseconds(0));
+  auto negative = NodeConfig::parse("[node]\ndrain_grace_ms = -1\n", "a.toml");
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.error().message().find("node.drain_grace_ms"), std::string::npos) << negative.error().message();
+  EXPECT_FALSE(NodeConfig::parse("[node]\ndrain_grace_ms = 600001\n", "a.toml").ok());
 }
 
 TEST(NodeStart, AnUnreachablePostgresIsNamedBySetting) {

@@ -6,6 +6,7 @@
 //   id = "node-1"                 # this node's id in the cluster
 //   data_dir = "troupe-data"      # the SQLite journal lives here
 //   threads = 0                   # actor worker threads; 0 = one per core
+//   drain_grace_ms = 3000         # SIGTERM / POST /drain: /ready 503 at once, serve this long, then hand off
 //
 //   [admin]                       # the admin HTTP API and the dashboard
 //   host = "127.0.0.1"
@@ -129,6 +130,10 @@ struct NodeConfig {
   std::string id = "node-1";
   std::filesystem::path data_dir = "troupe-data";
   std::size_t threads = 0;
+  // An operator's drain (SIGTERM, SIGINT, POST /drain): /ready answers 503
+  // at once, and the node goes on serving both its ports for this long
+  // before it hands anything off, so that balancers stop sending first.
+  std::chrono::milliseconds drain_grace{3000};
   AdminConfig admin;
   JournalConfig journal;
   ClusterConfig cluster;

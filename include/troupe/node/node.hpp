@@ -241,8 +241,10 @@ class Node {
   // Node::start creates threads: a signal must reach wait_for_stop_signal,
   // not kill the process in some worker thread that left it unblocked.
   static void block_stop_signals();
-  // Blocks until SIGINT or SIGTERM (or a POST /drain), then drains.
-  // Call from the main thread after block_stop_signals().
+  // Blocks until SIGINT or SIGTERM (or a POST /drain), then drains: /ready
+  // answers 503 at once, both ports go on serving for config.drain_grace,
+  // then drain(). One line on stderr when the drain starts and one when it
+  // is done. Call from the main thread after block_stop_signals().
   void wait_for_stop_signal();
   // Asks wait_for_stop_signal() to return (as a signal would).
   void request_stop();
