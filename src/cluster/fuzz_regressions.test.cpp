@@ -1,6 +1,8 @@
 // Inputs the cluster layer's fuzz targets (src/cluster/*_fuzz.cpp,
 // src/cluster/redis/*_fuzz.cpp, scripts/fuzz) found mishandled, kept as
-// tests so that each stays fixed. Pure parsers: no Redis, socket or thread.
+// tests so that each stays fixed, and what the parsers must go on reading
+// when nodes of two versions share Redis. Pure parsers: no Redis, socket
+// or thread.
 
 #include <gtest/gtest.h>
 
@@ -47,6 +49,19 @@ TEST(ClusterFuzzRegressions, AHeartbeatAgeBeyondWhatADurationHoldsIsSkippedNotOv
   EXPECT_EQ(parsed.live[0].id, "node-3");
   ASSERT_EQ(parsed.skipped.size(), 2u);
   EXPECT_NE(parsed.skipped[0].why.find("out of range"), std::string::npos) << parsed.skipped[0].why;
+}
+
+TEST(ClusterMemberView, AMemberInfoWithWordsALaterVersionAddsIsReadAndOneWithoutItsPortIsNot) {
+  RedisReply view = array({text("node-1"), integer(10), text("1 ab 127.0.0.1 7101 2.0.0 role=worker"),
+                           text("node-2"), integer(10), text("1 cd 127.0.0.1")});
+  auto parsed = troupe::cluster::detail::parse_members(view, std::chrono::seconds(3));
+  ASSERT_EQ(parsed.live.size(), 1u);
+  EXPECT_EQ(parsed.live[0].id, "node-1");
+  EXPECT_EQ(parsed.live[0].address.host, "127.0.0.1");
+  EXPECT_EQ(parsed.live[0].address.port, 7101);
+  ASSERT_EQ(parsed.skipped.size(), 1u);
+  EXPECT_EQ(parsed.skipped[0].id, "node-2");
+  EXPECT_NE(parsed.skipped[0].why.find("<port>"), std::string::npos) << parsed.skipped[0].why;
 }
 
 // proves: X1

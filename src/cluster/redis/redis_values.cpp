@@ -84,9 +84,11 @@ MemberView parse_members(const RedisReply& view, Duration liveness_threshold) {
       bad(v.error().message());
       continue;
     }
+    // Words after the port are a later version's (a rolling update runs
+    // old and new nodes side by side): read past, not refused.
     auto words = split_words(info);
-    if (words.size() != 4) {
-      bad("its info '" + info.substr(0, 120) + "' is not '<since> <session> <host> <port>'");
+    if (words.size() < 4) {
+      bad("its info '" + info.substr(0, 120) + "' is not '<since> <session> <host> <port> ...'");
       continue;
     }
     long long port = 0;

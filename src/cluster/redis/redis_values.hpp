@@ -28,7 +28,8 @@ std::vector<std::string> split_words(std::string_view s);
 std::optional<Assignment> parse_assignment(const RedisReply& d, const std::string& group, const std::string& unit);
 
 // A heartbeat's member view: flat triples [id, heartbeat age ms, info], info
-// being "<since> <session> <host> <port>". Members older than
+// being "<since> <session> <host> <port>", and perhaps more words after it,
+// which are a later version's and are read past. Members older than
 // `liveness_threshold` are left out; entries that do not read are skipped
 // with the reason (the coordinator warns once per entry).
 struct SkippedMember {
