@@ -257,20 +257,21 @@ TEST_F(TroupectlTest, MembersShowsEachMemberWithItsLoadAndADashForWhatIsUnknown)
   ASSERT_EQ(r.code, 0) << r.err;
   auto ls = lines(r.out);
   ASSERT_EQ(ls.size(), 2u) << r.out;
-  EXPECT_EQ(words(ls[0]), (std::vector<std::string>{"ID", "ADDRESS", "ALIVE", "SELF", "DRAINING", "SHARDS",
-                                                    "ENTITIES", "MAILBOX", "MSG/S"}));
+  EXPECT_EQ(words(ls[0]), (std::vector<std::string>{"ID", "ADDRESS", "VERSION", "ALIVE", "SELF", "DRAINING",
+                                                    "SHARDS", "ENTITIES", "MAILBOX", "MSG/S"}));
   auto row = words(ls[1]);
-  ASSERT_EQ(row.size(), 9u) << ls[1];
+  ASSERT_EQ(row.size(), 10u) << ls[1];
   EXPECT_EQ(row[0], "n1");
   EXPECT_EQ(row[1], "—");  // a single node has no cluster address
-  EXPECT_EQ(row[2], "yes");
+  EXPECT_EQ(row[2], "—");  // nor, here, an app version
   EXPECT_EQ(row[3], "yes");
-  EXPECT_EQ(row[4], "no");
-  EXPECT_EQ(row[5], "1");
-  EXPECT_EQ(row[6], "2");
+  EXPECT_EQ(row[4], "yes");
+  EXPECT_EQ(row[5], "no");
+  EXPECT_EQ(row[6], "1");
+  EXPECT_EQ(row[7], "2");
   // Columns line up by characters, the dash included.
   EXPECT_EQ(column_of(ls[0], "ALIVE"), column_of(ls[1], "yes"));
-  EXPECT_EQ(column_of(ls[0], "MSG/S"), chars_before(ls[1], ls[1].rfind(row[8])));
+  EXPECT_EQ(column_of(ls[0], "MSG/S"), chars_before(ls[1], ls[1].rfind(row[9])));
 }
 
 TEST_F(TroupectlTest, MembersAsJsonListsTheMembersAsTheNodeReportsThem) {
@@ -611,6 +612,7 @@ TEST(TroupectlViews, AClusterOverviewShowsEveryMemberAndADashForLoadOnlyItsOwnNo
                    {"members",
                     {{{"id", "n1"},
                       {"address", "10.0.0.1:7000"},
+                      {"app_version", "2.3.1"},
                       {"alive", true},
                       {"self", true},
                       {"admin", "http://10.0.0.1:8081"},
@@ -621,9 +623,9 @@ TEST(TroupectlViews, AClusterOverviewShowsEveryMemberAndADashForLoadOnlyItsOwnNo
                       {"draining", false}},
                      {{"id", "n2"}, {"address", "10.0.0.2:7000"}, {"alive", true}, {"self", false}}}}};
   EXPECT_EQ(ctl::detail::render_members(overview),
-            "ID   ADDRESS         ALIVE   SELF   DRAINING   SHARDS   ENTITIES   MAILBOX   MSG/S\n"
-            "n1   10.0.0.1:7000   yes     yes    no         32       1200       4         812.5\n"
-            "n2   10.0.0.2:7000   yes     no     —          —        —          —         —\n");
+            "ID   ADDRESS         VERSION   ALIVE   SELF   DRAINING   SHARDS   ENTITIES   MAILBOX   MSG/S\n"
+            "n1   10.0.0.1:7000   2.3.1     yes     yes    no         32       1200       4         812.5\n"
+            "n2   10.0.0.2:7000   —         yes     no     —          —        —          —         —\n");
 }
 
 TEST(TroupectlViews, ShardsAreGroupedByTypeAndOwnerAndAGoneOwnerIsFlagged) {

@@ -273,12 +273,12 @@ std::string render_status(const json& o) {
 std::string render_members(const json& o) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& m : array_field(o, "members"))
-    rows.push_back({cell(m, "id"), cell(m, "address"), cell(m, "alive"), cell(m, "self"), cell(m, "draining"),
-                    cell(m, "shards"), cell(m, "entities_active"), cell(m, "mailbox_depth"),
+    rows.push_back({cell(m, "id"), cell(m, "address"), cell(m, "app_version"), cell(m, "alive"), cell(m, "self"),
+                    cell(m, "draining"), cell(m, "shards"), cell(m, "entities_active"), cell(m, "mailbox_depth"),
                     cell(m, "messages_per_s")});
   if (rows.empty()) return "no members\n";
   return format_table(
-      {"ID", "ADDRESS", "ALIVE", "SELF", "DRAINING", "SHARDS", "ENTITIES", "MAILBOX", "MSG/S"}, rows);
+      {"ID", "ADDRESS", "VERSION", "ALIVE", "SELF", "DRAINING", "SHARDS", "ENTITIES", "MAILBOX", "MSG/S"}, rows);
 }
 
 std::string render_workers(const json& c) {

@@ -59,6 +59,7 @@ TEST(ClusterMemberView, AMemberInfoWithWordsALaterVersionAddsIsReadAndOneWithout
   EXPECT_EQ(parsed.live[0].id, "node-1");
   EXPECT_EQ(parsed.live[0].address.host, "127.0.0.1");
   EXPECT_EQ(parsed.live[0].address.port, 7101);
+  EXPECT_EQ(parsed.live[0].app_version, "2.0.0") << "the fifth word is its app version";
   ASSERT_EQ(parsed.skipped.size(), 1u);
   EXPECT_EQ(parsed.skipped[0].id, "node-2");
   EXPECT_NE(parsed.skipped[0].why.find("<port>"), std::string::npos) << parsed.skipped[0].why;

@@ -21,4 +21,20 @@ Result<void> validate_node_id(std::string_view id) {
   return {};
 }
 
+Result<void> validate_app_version(std::string_view version) {
+  if (version.size() > max_app_version_length)
+    return Error(ErrorCode::invalid_argument, "app version is " + std::to_string(version.size()) +
+                                                  " characters long; at most " +
+                                                  std::to_string(max_app_version_length) + " allowed");
+  for (std::size_t i = 0; i < version.size(); ++i) {
+    const char c = version[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '+' || c == '-';
+    if (!ok)
+      return Error(ErrorCode::invalid_argument, "app version '" + std::string(version) +
+                                                    "' has a character outside [A-Za-z0-9._+-] at " + std::to_string(i));
+  }
+  return {};
+}
+
 }  // namespace troupe::cluster

@@ -25,10 +25,12 @@ nlohmann::json Node::cluster_view() const {
                          {"address", m.address.host + ":" + std::to_string(m.address.port)},
                          {"alive", true},
                          {"self", m.id == config_.id},
-                         {"heartbeat_age_ms", std::chrono::duration_cast<std::chrono::milliseconds>(m.heartbeat_age).count()}});
+                         {"heartbeat_age_ms", std::chrono::duration_cast<std::chrono::milliseconds>(m.heartbeat_age).count()},
+                         {"app_version", m.app_version}});
     }
   } else {
-    members.push_back({{"id", config_.id}, {"address", nullptr}, {"alive", true}, {"self", true}});
+    members.push_back(
+        {{"id", config_.id}, {"address", nullptr}, {"alive", true}, {"self", true}, {"app_version", config_.app_version}});
   }
   json shards;
   {

@@ -2,6 +2,8 @@
 
 #include "troupe/node/config.hpp"
 
+#include "troupe/cluster/node_id.hpp"
+
 #include <charconv>
 #include <fstream>
 #include <sstream>
@@ -174,6 +176,10 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     TROUPE_TRY(grace, r.millis("drain_grace_ms", c.drain_grace, std::chrono::milliseconds(0),
                                std::chrono::milliseconds(600'000)));
     c.drain_grace = grace;
+    TROUPE_TRY(version, r.string("app_version", c.app_version));
+    if (auto v = cluster::validate_app_version(version); !v.ok())
+      return fail(bad("node.app_version: " + v.error().message()));
+    c.app_version = version;
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
   }
   {

@@ -95,6 +95,15 @@ TEST(NodeConfig, AWrongTypeNamesTheSettingAndBothTypes) {
   EXPECT_EQ(error_of("admin = 3\n"), "node.toml: admin: expected a table ([admin]), got an integer");
 }
 
+TEST(NodeConfig, AnAppVersionIsReadAndOneOutsideItsCharactersIsRefused) {
+  auto c = NodeConfig::parse("[node]\napp_version = \"2026.11.27+build5\"\n", "node.toml");
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c->app_version, "2026.11.27+build5");
+  EXPECT_EQ(NodeConfig::parse("", "node.toml")->app_version, "") << "none by default";
+  EXPECT_EQ(error_of("[node]\napp_version = \"2.3 beta\"\n"),
+            "node.toml: node.app_version: app version '2.3 beta' has a character outside [A-Za-z0-9._+-] at 3");
+}
+
 TEST(NodeConfig, OutOfRangeAndUnusableValuesAreRefused) {
   EXPECT_EQ(error_of("[admin]\nport = 70000\n"), "node.toml: admin.port: 70000 is out of range (0 to 65535)");
   EXPECT_EQ(error_of("[journal]\nwriter_connections = 0\n"),

@@ -82,6 +82,7 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
     cs.listen_host = c.cluster.listen_host;
     cs.listen_port = c.cluster.listen_port;
     cs.advertise_host = c.cluster.advertise_host;
+    cs.coordination.app_version = c.app_version;
     cs.coordination.redis_host = c.cluster.redis_host;
     cs.coordination.redis_port = c.cluster.redis_port;
     cs.coordination.key_prefix = c.cluster.key_prefix;

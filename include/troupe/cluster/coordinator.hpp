@@ -80,6 +80,7 @@ struct Member {
   std::string id;
   Address address;
   Duration heartbeat_age{};  // Redis time from its last heartbeat to ours
+  std::string app_version;   // what it declared (CoordinatorSettings::app_version); empty: nothing
 };
 
 // Where a unit is placed.
@@ -156,6 +157,10 @@ struct SyncReport {
 struct CoordinatorSettings {
   std::string node_id;  // checked by validate_node_id
   Address address;      // this node's transport address, stored with its membership
+  // The application's version, stored with the membership for the others
+  // to see (a rolling update runs two side by side). Empty, or 1 to 64 of
+  // A-Z a-z 0-9 . _ + -.
+  std::string app_version;
 
   std::string redis_host = "127.0.0.1";
   std::uint16_t redis_port = 6379;

@@ -1,5 +1,5 @@
 #pragma once
-// Node ids: how cluster members name themselves in Redis, on the wire and in
+// Node ids and app versions: how cluster members name themselves in Redis, on the wire and in
 // logs. A node id is 1 to 64 characters of [A-Za-z0-9._-]: safe inside Redis
 // keys, frames and file names without escaping. One rule, checked wherever a
 // node id enters the system (configuration, handshake, Redis replies).
@@ -14,5 +14,11 @@ inline constexpr std::size_t max_node_id_length = 64;
 
 // Ok, or invalid_argument naming the first offending character or the length.
 Result<void> validate_node_id(std::string_view id);
+
+// An application version as a member declares it (CoordinatorSettings::
+// app_version): empty, or 1 to 64 characters of [A-Za-z0-9._+-] ("2.3.1",
+// "2026.11.27+build5"). Ok, or invalid_argument saying what is wrong.
+inline constexpr std::size_t max_app_version_length = 64;
+Result<void> validate_app_version(std::string_view version);
 
 }  // namespace troupe::cluster

@@ -7,6 +7,7 @@
 //   data_dir = "troupe-data"      # the SQLite journal lives here
 //   threads = 0                   # actor worker threads; 0 = one per core
 //   drain_grace_ms = 3000         # SIGTERM / POST /drain: /ready 503 at once, serve this long, then hand off
+//   app_version = "2.3.1"         # shown to the other members and on the admin API
 //
 //   [admin]                       # the admin HTTP API and the dashboard
 //   host = "127.0.0.1"
@@ -134,6 +135,9 @@ struct NodeConfig {
   // at once, and the node goes on serving both its ports for this long
   // before it hands anything off, so that balancers stop sending first.
   std::chrono::milliseconds drain_grace{3000};
+  // The application's version, shown to the other members and on the
+  // admin API: empty, or 1 to 64 of A-Z a-z 0-9 . _ + -.
+  std::string app_version;
   AdminConfig admin;
   JournalConfig journal;
   ClusterConfig cluster;

@@ -272,6 +272,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::create(CoordinatorSettings s) 
   if (s.address.host.empty() || s.address.host.find_first_of(" \t\r\n") != std::string::npos)
     return bad("address.host must be a non-empty name or IP without blanks");
   if (s.address.port == 0) return bad("address.port must not be 0");
+  if (auto v = validate_app_version(s.app_version); !v.ok()) return bad(v.error().message());
   if (s.redis_host.empty()) return bad("redis_host is empty");
   if (s.redis_port == 0) return bad("redis_port must not be 0");
   if (s.key_prefix.empty() || s.key_prefix.find_first_of("{}: \t\r\n") != std::string::npos)

@@ -29,7 +29,7 @@ void Coordinator::Impl::send_beat() {
        {s_.node_id, session_, s_.address.host, std::to_string(s_.address.port),
         registering ? "register" : "beat", std::to_string(to_ms(s_.liveness_threshold)),
         std::to_string(to_ms(s_.takeover_margin)), std::to_string(max_epoch_seen_),
-        std::to_string(std::max<std::size_t>(1, s_.takeover_batch))},
+        std::to_string(std::max<std::size_t>(1, s_.takeover_batch)), s_.app_version},
        [this, sent, registering](Reply r) {
          beat_in_flight_ = false;
          if (halted_) return;

@@ -32,6 +32,29 @@ TEST_F(RedisCoordinatorTest, AStartedNodeIsAMemberWithItsAddressInEveryNodesView
   for (const Member& m : ms) EXPECT_LE(m.heartbeat_age, 1000ms);
 }
 
+TEST_F(RedisCoordinatorTest, EachMemberIsSeenWithTheAppVersionItDeclared) {
+  auto s = settings("node-a");
+  s.app_version = "2.3.1";
+  auto& a = start_node(make_node(std::move(s), {"workers"}, 0ms));
+  auto& b = add_node("node-b");
+  auto seen = [](TestNode& n) {
+    auto ms = n->members();
+    return ms.size() == 2 && ms[0].app_version == "2.3.1" && ms[1].app_version.empty();
+  };
+  EXPECT_TRUE(wait_until([&] { return seen(a) && seen(b); }));
+}
+
+TEST_F(RedisCoordinatorTest, AnAppVersionOutsideItsCharactersIsRefusedAtCreate) {
+  for (const std::string& bad : std::vector<std::string>{"2.3 beta", "v1/2", std::string(65, '1')}) {
+    auto s = settings("node-a");
+    s.app_version = bad;
+    auto c = cluster::Coordinator::create(std::move(s));
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.error().code(), ErrorCode::invalid_argument);
+    EXPECT_NE(c.error().message().find("app version"), std::string::npos) << c.error().message();
+  }
+}
+
 // proves: W2, W7
 TEST_F(RedisCoordinatorTest, HeartbeatsAreStampedWithRedisTimeNeverTheClientClock) {
   auto c = client();

@@ -108,7 +108,11 @@ MemberView parse_members(const RedisReply& view, Duration liveness_threshold) {
       continue;
     }
     if (Duration(milliseconds(age)) > liveness_threshold) continue;  // the one rule
-    out.live.push_back(Member{id, Address{words[2], static_cast<std::uint16_t>(port)}, milliseconds(age)});
+    // The fifth word, when there is one, is the member's app version.
+    std::string version = words.size() > 4 ? std::string(words[4]) : std::string();
+    if (!validate_app_version(version).ok()) version.clear();
+    out.live.push_back(
+        Member{id, Address{words[2], static_cast<std::uint16_t>(port)}, milliseconds(age), std::move(version)});
   }
   std::sort(out.live.begin(), out.live.end(), [](const Member& a, const Member& b) { return a.id < b.id; });
   return out;

@@ -150,6 +150,7 @@ end
 
 // ARGV: [2] id [3] session [4] host [5] port [6] 'register'|'beat'
 //       [7] threshold ms [8] margin ms [9] lowest epoch seen [10] dead batch
+//       [11] app version (may be empty)
 constexpr std::string_view kHeartbeat = R"lua(
 local id, session, mode = ARGV[2], ARGV[3], ARGV[6]
 local T, M = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -179,7 +180,9 @@ else
     if other ~= id then others = others + 1 end
   end
   redis.call('ZADD', MEMBERS, int(now), id)
-  redis.call('HSET', INFO, id, int(now) .. ' ' .. session .. ' ' .. ARGV[4] .. ' ' .. ARGV[5])
+  local version = ARGV[11] or ''
+  if version ~= '' then version = ' ' .. version end
+  redis.call('HSET', INFO, id, int(now) .. ' ' .. session .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. version)
   -- Epochs never go back, even if Redis lost its data: members bring the
   -- highest epoch they have seen.
   local floor = tonumber(ARGV[9])

@@ -109,7 +109,8 @@ export function renderMembers(o) {
       tr.setAttribute("data-testid", "member-row");
       const first = tr.cells[0];
       first.append(el("span", { class: "swatch", "aria-hidden": "true" }), el("span", { class: "member-id" }),
-                   el("span", { class: "tag tag-self" }, "self"));
+                   el("span", { class: "tag tag-self" }, "self"),
+                   el("span", { class: "tag tag-version", "data-testid": "member-version", title: "app version" }));
       tr.cells[2].append(el("span", { class: "tag" }));
       for (const i of [3, 4, 5, 6]) {
         tr.cells[i].append(el("span", { class: "cell-bar", "aria-hidden": "true" }), el("span", { class: "cell-value" }));
@@ -139,6 +140,9 @@ export function renderMembers(o) {
         setText(idEl, id);
       }
       cNode.querySelector(".tag-self").hidden = m.self !== true;
+      const version = cNode.querySelector(".tag-version");
+      setText(version, typeof m.app_version === "string" ? m.app_version : "");
+      version.hidden = !(typeof m.app_version === "string" && m.app_version !== "");
       setText(cAddr, m.address == null ? DASH : String(m.address));
 
       const tag = cStatus.firstChild;
