@@ -57,6 +57,34 @@ TEST_F(RedisCoordinatorTest, AssignPutsEachUnitOnTheLeastLoadedLiveMember) {
   EXPECT_EQ(next->assignment.owner, "node-c");
 }
 
+TEST_F(RedisCoordinatorTest, WhileTwoAppVersionsAreLiveNewUnitsAndHandedOffOnesGoToTheNewest) {
+  auto versioned = [&](const std::string& id, const std::string& version) -> TestNode& {
+    auto s = settings(id);
+    s.app_version = version;
+    return start_node(make_node(std::move(s), {"workers"}, 0ms));
+  };
+  auto& a = versioned("node-a", "1.9.0");
+  versioned("node-b", "1.10.0");  // numerically above 1.9.0, below it as text
+  auto& c3 = versioned("node-c", "1.10.0");
+  auto& d = add_node("node-d");  // declares none: below every version
+  auto c = client();
+  for (int i = 0; i < 6; ++i) {
+    auto r = await(a->assign("workers", "w" + std::to_string(i), "s"));
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+  EXPECT_EQ(count_of(*c, "workers", "node-a"), 0);
+  EXPECT_EQ(count_of(*c, "workers", "node-b"), 3);
+  EXPECT_EQ(count_of(*c, "workers", "node-c"), 3);
+  EXPECT_EQ(count_of(*c, "workers", "node-d"), 0);
+  // node-c leaves: its units go to node-b, the other newest, however loaded.
+  auto left = await(c3->stop());
+  ASSERT_TRUE(left.ok()) << left.error().to_string();
+  EXPECT_EQ(count_of(*c, "workers", "node-b"), 6);
+  EXPECT_EQ(count_of(*c, "workers", "node-a"), 0);
+  EXPECT_EQ(count_of(*c, "workers", "node-d"), 0);
+  (void)d;
+}
+
 // proves: W3
 TEST_F(RedisCoordinatorTest, AssigningAnInstalledUnitIsAlreadyInstalledWithTheCurrentAssignment) {
   auto& a = add_node("node-a");

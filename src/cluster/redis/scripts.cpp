@@ -71,6 +71,59 @@ local function member_session(id)
   return sess
 end
 
+-- A member's app version: the fifth word of its info ('' when it declared
+-- none, which sorts before every version).
+local function member_version(id)
+  local info = redis.call('HGET', INFO, id)
+  if not info then return '' end
+  return string.match(info, '^%d+ %S+ %S+ %S+ (%S+)') or ''
+end
+
+-- -1, 0 or 1 as version a sorts before, with or after b: dot-separated
+-- parts, numeric ones by value and others as text; a version that is a
+-- prefix of another sorts first ('1.2' before '1.2.1').
+local function version_cmp(a, b)
+  if a == b then return 0 end
+  local pa, pb = {}, {}
+  for part in string.gmatch(a, '[^.]+') do pa[#pa + 1] = part end
+  for part in string.gmatch(b, '[^.]+') do pb[#pb + 1] = part end
+  for i = 1, math.max(#pa, #pb) do
+    local x, y = pa[i], pb[i]
+    if x == nil then return -1 end
+    if y == nil then return 1 end
+    if x ~= y then
+      local nx, ny = tonumber(x), tonumber(y)
+      if nx and ny and nx ~= ny then
+        if nx < ny then return -1 end
+        return 1
+      end
+      if x < y then return -1 end
+      return 1
+    end
+  end
+  return 0
+end
+
+-- The members of `ids` (but `exclude`) that run the highest app version
+-- among them: while a rolling update runs two versions side by side, what
+-- is placed goes to the new one.
+local function newest(ids, exclude)
+  local best, out = nil, {}
+  for _, id in ipairs(ids) do
+    if id ~= exclude then
+      local v = member_version(id)
+      local c = 1
+      if best ~= nil then c = version_cmp(v, best) end
+      if c > 0 then
+        best, out = v, {id}
+      elseif c == 0 then
+        out[#out + 1] = id
+      end
+    end
+  end
+  return out
+end
+
 local function gkey(group, what) return P .. ':group:' .. group .. ':' .. what end
 local function ukey(group, member) return P .. ':group:' .. group .. ':units:' .. member end
 
@@ -233,7 +286,7 @@ for i = 5, #ARGV do
         for _, unit in ipairs(redis.call('SRANDMEMBER', set, budget)) do
           local a = parse_assign(redis.call('HGET', gkey(g, 'assign'), unit))
           if a and a.owner == dead then
-            local to = least_loaded(g, targets, dead)
+            local to = least_loaded(g, newest(targets, dead), dead)
             if to then
               local e = move(g, unit, dead, a.epoch, to, now, T, M, false)
               moves[#moves + 1] = {g, unit, dead, to, e}
@@ -270,7 +323,7 @@ local d = describe(group, unit, now, T, M)
 if d then return {'ALREADY_INSTALLED', d} end
 local ids = live_members(now, T)
 if #ids == 0 then return {'NO_ACCEPTABLE_WORKER'} end
-local to = least_loaded(group, ids, nil)
+local to = least_loaded(group, newest(ids, nil), nil)
 move(group, unit, nil, 0, to, now, T, M, false)
 redis.call('HSET', gkey(group, 'spec'), unit, ARGV[4])
 redis.call('SADD', GROUPS, group)
@@ -291,7 +344,7 @@ if not a then return {'NOT_INSTALLED'} end
 if ARGV[4] ~= '1' and is_live(a.owner, now, T) then
   return {'NO_NEED_TO_RELOCATE', describe(group, unit, now, T, M)}
 end
-local to = least_loaded(group, ids, a.owner)
+local to = least_loaded(group, newest(ids, a.owner), a.owner)
 if not to then return {'NO_OTHER_ACCEPTABLE_WORKER', describe(group, unit, now, T, M)} end
 move(group, unit, a.owner, a.epoch, to, now, T, M, false)
 if ARGV[5] == '1' then redis.call('PUBLISH', EVENTS, 'moved ' .. group) end
@@ -456,7 +509,7 @@ for _, g in ipairs(redis.call('SMEMBERS', GROUPS)) do
   for _, unit in ipairs(redis.call('SMEMBERS', set)) do
     local a = parse_assign(redis.call('HGET', gkey(g, 'assign'), unit))
     if a and a.owner == me then
-      local to = least_loaded(g, ids, me)
+      local to = least_loaded(g, newest(ids, me), me)
       if to then
         local e = move(g, unit, me, a.epoch, to, now, T, M, true)
         moves[#moves + 1] = {g, unit, me, to, e}
