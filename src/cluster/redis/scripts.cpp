@@ -279,6 +279,7 @@ for i = 5, #ARGV do
   -- Still a member and still expired: a second taker finds nothing to do.
   if dead ~= caller and redis.call('ZSCORE', MEMBERS, dead) and is_expired(dead, now, T, M) then
     local left = false
+    local heirs = newest(targets, dead)
     for _, g in ipairs(groups) do
       local set = ukey(g, dead)
       if budget > 0 then
@@ -286,7 +287,7 @@ for i = 5, #ARGV do
         for _, unit in ipairs(redis.call('SRANDMEMBER', set, budget)) do
           local a = parse_assign(redis.call('HGET', gkey(g, 'assign'), unit))
           if a and a.owner == dead then
-            local to = least_loaded(g, newest(targets, dead), dead)
+            local to = least_loaded(g, heirs, dead)
             if to then
               local e = move(g, unit, dead, a.epoch, to, now, T, M, false)
               moves[#moves + 1] = {g, unit, dead, to, e}
@@ -501,7 +502,7 @@ local T, M = read_rule()
 if not T or not M then return {'NO_CONFIG'} end
 local me = ARGV[2]
 if member_session(me) ~= ARGV[3] then return {'NOT_MEMBER'} end
-local ids = live_members(now, T)
+local ids = newest(live_members(now, T), me)
 local kept, moves = 0, {}
 for _, g in ipairs(redis.call('SMEMBERS', GROUPS)) do
   local set = ukey(g, me)
@@ -509,7 +510,7 @@ for _, g in ipairs(redis.call('SMEMBERS', GROUPS)) do
   for _, unit in ipairs(redis.call('SMEMBERS', set)) do
     local a = parse_assign(redis.call('HGET', gkey(g, 'assign'), unit))
     if a and a.owner == me then
-      local to = least_loaded(g, newest(ids, me), me)
+      local to = least_loaded(g, ids, me)
       if to then
         local e = move(g, unit, me, a.epoch, to, now, T, M, true)
         moves[#moves + 1] = {g, unit, me, to, e}
