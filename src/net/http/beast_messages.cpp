@@ -59,7 +59,7 @@ beast::error_code early_error(std::string_view window, std::size_t from, bool re
 
 // What put_header() made of what has arrived.
 enum class HeaderStep {
-  handed,     // Beast had the whole block: `ec` says what it made of it
+  decided,    // troupe refused a byte as it arrived, or Beast had the whole block: `ec` says which and what
   need_more,  // the block's end has not arrived yet
   too_long,   // the block does not end within `max` bytes
   malformed,  // Beast wanted bytes past the block's end: its lines are malformed
@@ -75,13 +75,13 @@ HeaderStep put_header(Reading<Parser>& r, beast::flat_buffer& in, std::size_t ma
   const std::string_view block = eom == std::string_view::npos ? window : window.substr(0, eom + 4);
   ec = early_error(block, r.scanned, request, r.method_done);
   r.scanned = block.size();
-  if (ec) return HeaderStep::handed;
+  if (ec) return HeaderStep::decided;
   if (eom == std::string_view::npos) return window.size() >= max ? HeaderStep::too_long : HeaderStep::need_more;
   in.consume(r.parser.put(asio::const_buffer(window.data(), window.size()), ec));
   // A well-formed block never needs a byte past its end: given more in one
   // piece, Beast would have refused it outright.
   if (ec == bhttp::error::need_more && !r.parser.is_header_done()) return HeaderStep::malformed;
-  return HeaderStep::handed;
+  return HeaderStep::decided;
 }
 
 // A response whose header is in and whose Content-Length passes the
@@ -156,7 +156,7 @@ Fed feed_request(RequestReading& r, beast::flat_buffer& in, std::size_t max_head
         case HeaderStep::malformed:
           refusal = {400, "malformed request line or header field"};
           return Fed::refused;
-        case HeaderStep::handed:
+        case HeaderStep::decided:
           break;
       }
       if (ec == bhttp::error::need_more) {
@@ -338,7 +338,7 @@ Fed feed_response(std::optional<ResponseReading>& r, beast::flat_buffer& in, con
         case HeaderStep::malformed:
           ec = bhttp::error::bad_version;  // the status line or a field is malformed
           return Fed::refused;
-        case HeaderStep::handed:
+        case HeaderStep::decided:
           break;
       }
       if (ec) return Fed::refused;

@@ -122,7 +122,7 @@ void ClientConnection::parse() {
 // The server closed the connection while a request was on it.
 void ClientConnection::on_eof() {
   BeastResponseParser& parser = response_->parser;
-  if (parser.got_some() && parser.is_header_done()) {
+  if (parser.is_header_done()) {
     // A body that runs to the end of the stream ends here; any other is cut short.
     beast::error_code ec;
     parser.put_eof(ec);
