@@ -48,6 +48,7 @@
 // the Coordinator.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -123,6 +124,14 @@ struct Move {
   std::string from;
   std::string to;
   std::uint64_t epoch = 0;  // the new epoch
+};
+
+// What a planned hand-off did (Coordinator::hand_off). Value type.
+struct HandOffReport {
+  std::size_t units = 0;  // units to move: those run here when it began, and any placed here during it
+  std::size_t moved = 0;  // handed to another member, stopped here and released
+  std::size_t kept = 0;   // no other member could take them: still run here
+  Duration took{};
 };
 
 // What a node does with the units Redis gives it in one group. Called on
@@ -236,6 +245,21 @@ class Coordinator {
   // Completes when start-up finishes: at once if it has, with the error if
   // it failed. May be asked before start().
   Future<void> started();
+  // Planned hand-off, the first half of a graceful leave. Marks this member
+  // as draining in Redis, so that assign, relocate, takeover and leave place
+  // nothing more on it, then moves its units `batch` at a time: for each,
+  // the new owner is chosen first (relocate: the highest app version, then
+  // the least loaded), then the unit is stopped here (Reconciler::stop,
+  // graceful) and released, which lets the new owner start it. A unit
+  // placed here meanwhile is moved the same way instead of started. The
+  // member stays live and keeps its heartbeat; stop() then leaves.
+  // `progress`, if set, runs on the coordinator thread each time another
+  // quarter of the units has moved. Completes once no unit is left to move.
+  // Errors: invalid_argument (batch 0), not_ready before start-up,
+  // shutting_down once stopping, coordination_failed if the mark cannot
+  // be written. A second call while one runs completes with the first.
+  Future<HandOffReport> hand_off(std::size_t batch = 8,
+                                 std::function<void(const HandOffReport&)> progress = {});
   // Graceful leave: stops every unit (waiting for each Reconciler::stop),
   // hands this node's units to other live members, removes it from the
   // membership and closes. After it the coordinator does nothing more.

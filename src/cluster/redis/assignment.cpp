@@ -111,42 +111,49 @@ Future<Placement> Coordinator::Impl::assign(const std::string& group, const std:
   });
 }
 
+void Coordinator::Impl::do_relocate(const std::string& group, const std::string& unit, bool force,
+                                    Fn<void(Result<Placement>)> k) {
+  eval(Script::relocate, {group, unit, force ? "1" : "0", "1"},
+       [this, group, unit, k = std::move(k)](Reply r) mutable {
+         if (!r.ok()) return k(std::move(r).error());
+         const RedisReply& rep = *r;
+         const std::string& status = rep.elements[0].str;
+         auto where = "unit '" + unit + "' of group '" + group + "'";
+         if ((status == "RELOCATED" || status == "NO_NEED_TO_RELOCATE") && rep.elements.size() == 2) {
+           auto a = parse_assignment(rep.elements[1], group, unit);
+           if (!a) return k(unexpected(Script::relocate, rep));
+           note_epoch(a->epoch);
+           return k(Placement{
+               status == "RELOCATED" ? PlacementOutcome::relocated : PlacementOutcome::no_need_to_relocate,
+               std::move(*a)});
+         }
+         if (status == "NOT_INSTALLED")
+           return k(Error(ErrorCode::invalid_argument, "NOT_INSTALLED: " + where + " is not placed"));
+         if (status == "NO_OTHER_ACCEPTABLE_WORKER")
+           return k(Error(ErrorCode::unreachable,
+                          "NO_OTHER_ACCEPTABLE_WORKER: no live member but its owner can take " + where));
+         if (status == "NO_ACCEPTABLE_WORKER")
+           return k(Error(ErrorCode::unreachable, "NO_ACCEPTABLE_WORKER: no live member can take " + where));
+         if (status == "NO_CONFIG")
+           return k(Error(ErrorCode::coordination_failed, "NO_CONFIG: cluster settings missing in Redis"));
+         k(unexpected(Script::relocate, rep));
+       });
+}
+
 Future<Placement> Coordinator::Impl::relocate(const std::string& group, const std::string& unit, bool force) {
   return call<Placement>([this, group, unit, force](Promise<Placement>& p) {
     if (auto v = validate_group(group); !v.ok()) return p.set_error(v.error());
     if (auto v = validate_unit(unit); !v.ok()) return p.set_error(v.error());
-    eval(Script::relocate, {group, unit, force ? "1" : "0", "1"},
-         [this, group, unit, p = std::move(p)](Reply r) mutable {
-           if (!r.ok()) return p.set_error(std::move(r).error());
-           const RedisReply& rep = *r;
-           const std::string& status = rep.elements[0].str;
-           auto where = "unit '" + unit + "' of group '" + group + "'";
-           if ((status == "RELOCATED" || status == "NO_NEED_TO_RELOCATE") && rep.elements.size() == 2) {
-             auto a = parse_assignment(rep.elements[1], group, unit);
-             if (!a) return p.set_error(unexpected(Script::relocate, rep));
-             note_epoch(a->epoch);
-             log(CoordinatorLogLevel::info,
-                 status + ": " + where + " on " + a->owner + " epoch " + std::to_string(a->epoch));
-             return p.set_value(Placement{
-                 status == "RELOCATED" ? PlacementOutcome::relocated : PlacementOutcome::no_need_to_relocate,
-                 std::move(*a)});
-           }
-           Error e;
-           if (status == "NOT_INSTALLED") {
-             e = Error(ErrorCode::invalid_argument, "NOT_INSTALLED: " + where + " is not placed");
-           } else if (status == "NO_OTHER_ACCEPTABLE_WORKER") {
-             e = Error(ErrorCode::unreachable,
-                       "NO_OTHER_ACCEPTABLE_WORKER: no live member but its owner can take " + where);
-           } else if (status == "NO_ACCEPTABLE_WORKER") {
-             e = Error(ErrorCode::unreachable, "NO_ACCEPTABLE_WORKER: no live member can take " + where);
-           } else if (status == "NO_CONFIG") {
-             e = Error(ErrorCode::coordination_failed, "NO_CONFIG: cluster settings missing in Redis");
-           } else {
-             return p.set_error(unexpected(Script::relocate, rep));
-           }
-           log(CoordinatorLogLevel::warning, e.message());
-           p.set_error(std::move(e));
-         });
+    do_relocate(group, unit, force, [this, group, unit, p = std::move(p)](Result<Placement> r) mutable {
+      if (r.ok()) {
+        log(CoordinatorLogLevel::info, std::string(to_string(r->outcome)) + ": unit '" + unit + "' of group '" +
+                                           group + "' on " + r->assignment.owner + " epoch " +
+                                           std::to_string(r->assignment.epoch));
+      } else if (r.error().code() != ErrorCode::coordination_failed || r.error().message().starts_with("NO_CONFIG")) {
+        log(CoordinatorLogLevel::warning, r.error().message());
+      }
+      p.set_result(std::move(r));
+    });
   });
 }
 

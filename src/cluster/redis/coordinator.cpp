@@ -198,6 +198,7 @@ Future<void> Coordinator::Impl::stop() {
       return;
     }
     phase_ = Phase::stopping;
+    end_hand_off(shutting_down_error());
     log(CoordinatorLogLevel::info, "stopping: stopping every unit, then leaving");
     for (auto& [group, st] : syncs_)
       if (st.timer) st.timer->cancel();
@@ -245,6 +246,7 @@ void Coordinator::Impl::close_all() {
   reconnect_timer_.cancel();
   periodic_timer_.cancel();
   start_retry_timer_.cancel();
+  end_hand_off(shutting_down_error());
   for (auto& [g, st] : syncs_) {
     if (st.timer) st.timer->cancel();
     for (auto& w : st.waiters) w.set_error(shutting_down_error());
@@ -300,6 +302,9 @@ Coordinator::~Coordinator() { impl_->halt(); }
 Future<void> Coordinator::start() { return impl_->start(); }
 Future<void> Coordinator::started() { return impl_->started(); }
 Future<void> Coordinator::stop() { return impl_->stop(); }
+Future<HandOffReport> Coordinator::hand_off(std::size_t batch, std::function<void(const HandOffReport&)> progress) {
+  return impl_->hand_off(batch, std::move(progress));
+}
 const std::string& Coordinator::node_id() const noexcept { return impl_->s_.node_id; }
 std::vector<Member> Coordinator::members() const { return impl_->members(); }
 Result<bool> Coordinator::is_first_manager() const { return impl_->is_first_manager(); }

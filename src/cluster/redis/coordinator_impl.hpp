@@ -104,6 +104,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   Future<void> start();
   Future<void> started();
   Future<void> stop();
+  Future<HandOffReport> hand_off(std::size_t batch, std::function<void(const HandOffReport&)> progress);
   std::vector<Member> members() const {
     std::lock_guard lk(view_mu_);
     return members_view_;
@@ -160,6 +161,26 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   struct PendingRelease {
     std::string group, unit;
     std::uint64_t epoch;
+  };
+  // A planned hand-off under way (handoff.cpp).
+  struct HandOff {
+    struct Queued {
+      std::string group, unit;
+      std::uint64_t epoch = 0;
+      bool running = true;  // false: placed here meanwhile, never started
+    };
+    std::size_t batch = 8;
+    std::function<void(const HandOffReport&)> progress;
+    std::deque<Queued> queue;
+    std::set<std::pair<std::string, std::string>> queued;    // group, unit: in queue, relocating or stopping
+    std::set<std::pair<std::string, std::string>> stopping;  // moved, stopping here
+    std::size_t relocating = 0;
+    std::size_t quarters_told = 0;
+    TimePoint began{};
+    HandOffReport report;
+    std::vector<Promise<HandOffReport>> waiters;
+    bool marked = false;  // the draining mark is written
+    bool done = false;
   };
   using Reply = Result<RedisReply>;
   template <class Sig>
@@ -236,6 +257,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
                    Fn<void(Result<bool>)> k);
   void do_release(const std::string& group, const std::string& unit, std::uint64_t epoch,
                   Fn<void(Result<bool>)> k);
+  void do_relocate(const std::string& group, const std::string& unit, bool force, Fn<void(Result<Placement>)> k);
 
   // --- running what Redis places here (reconcile.cpp) ---
   void reconcile(const std::string& group);
@@ -245,6 +267,16 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void on_stopped(const std::string& group, const std::string& unit, std::uint64_t epoch,
                   const Result<void>& r);
   void publish_running(const std::string& group);
+
+  // --- planned hand-off (handoff.cpp) ---
+  // Queues a unit of this node for the hand-off (once).
+  void queue_hand_off(const std::string& group, const std::string& unit, std::uint64_t epoch, bool running);
+  void pump_hand_off();
+  void on_relocated(HandOff::Queued q, Result<Placement> r);
+  // A unit stopped here: counted if the hand-off moved it.
+  void note_handed_off(const std::string& group, const std::string& unit);
+  void maybe_finish_hand_off();
+  void end_hand_off(const std::optional<Error>& e);
 
   // --- sync (sync.cpp) ---
   void run_sync(const std::string& group);
@@ -288,6 +320,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   std::map<std::string, ServedGroup> served_;
   std::map<std::string, SyncState> syncs_;
   std::vector<PendingRelease> pending_releases_;
+  std::optional<HandOff> hand_off_;
   std::vector<Promise<void>> start_waiters_;
   std::vector<Promise<void>> stop_waiters_;
   std::optional<Error> start_error_;

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "coordinator_test_support.hpp"
 #include "tcp_test_proxy.hpp"
 
@@ -88,6 +92,99 @@ TEST_F(RedisCoordinatorTest, AUnitRemovedAndAddedAgainWaitsForItsOldOwnerToStopI
   EXPECT_EQ(again->assignment.handing_off_from, "node-a");
   ASSERT_TRUE(wait_until([&] { return b.rec->running_now().count("w2") == 1; }));
   EXPECT_LT(first_event(fleet, "stopped", "w2", "node-a"), first_event(fleet, "start", "w2", "node-b"));
+}
+
+// The most units `node` was stopping at one time.
+std::size_t most_stopping_at_once(const Fleet& f, const std::string& node) {
+  std::size_t now = 0, most = 0;
+  for (const auto& e : f.events()) {
+    if (e.node != node) continue;
+    if (e.kind == "stop-begin") most = std::max(most, ++now);
+    if (e.kind == "stopped" && now > 0) --now;
+  }
+  return most;
+}
+
+bool is_member(TestNode& n, const std::string& id) {
+  auto ms = n->members();
+  return std::any_of(ms.begin(), ms.end(), [&](const cluster::Member& m) { return m.id == id; });
+}
+
+// proves: C2
+TEST_F(RedisCoordinatorTest, APlannedHandOffMovesEveryUnitABatchAtATimeAndPlacesNothingMoreOnTheDrainingMember) {
+  auto& a = add_node("node-a", {"workers"}, 200ms);
+  std::vector<std::string> units;
+  for (int i = 0; i < 6; ++i) {
+    units.push_back("w" + std::to_string(i));
+    ASSERT_TRUE(await(a->assign("workers", units.back(), "")).ok());
+  }
+  ASSERT_TRUE(wait_until([&] { return a.rec->running_now().size() == 6; }));
+  auto& b = add_node("node-b");
+  auto& c = add_node("node-c");
+  ASSERT_TRUE(wait_until([&] { return b->members().size() == 3; }));
+
+  std::vector<cluster::HandOffReport> told;
+  std::mutex told_mu;
+  auto began = Clock::now();
+  auto report = await(a->hand_off(2, [&](const cluster::HandOffReport& r) {
+    std::lock_guard lk(told_mu);
+    told.push_back(r);
+  }), 20s);
+  ASSERT_TRUE(report.ok()) << report.error().to_string();
+  EXPECT_EQ(report->units, 6u);
+  EXPECT_EQ(report->moved, 6u);
+  EXPECT_EQ(report->kept, 0u);
+  // Two at a time, each taking 200 ms to stop: three rounds at least.
+  EXPECT_EQ(most_stopping_at_once(fleet, "node-a"), 2u);
+  EXPECT_GE(Clock::now() - began, 550ms);
+  {
+    std::lock_guard lk(told_mu);
+    ASSERT_FALSE(told.empty());
+    EXPECT_LT(told.back().moved, 6u);  // progress while it runs; the report says the end
+  }
+  EXPECT_TRUE(a.rec->running_now().empty());
+  for (const auto& u : units) {
+    ASSERT_TRUE(wait_until([&] { return !fleet.runner(u).empty(); })) << u;
+    EXPECT_NE(fleet.runner(u), "node-a") << u;
+    // The new owner started it only once node-a had stopped it.
+    auto started = std::min(first_event(fleet, "start", u, "node-b"), first_event(fleet, "start", u, "node-c"));
+    EXPECT_LT(first_event(fleet, "stopped", u, "node-a"), started) << u;
+  }
+  // Still a member, live and heartbeating, but given nothing new: node-a
+  // has the fewest units and would otherwise be chosen.
+  EXPECT_TRUE(is_member(b, "node-a"));
+  for (int i = 0; i < 4; ++i) {
+    auto placed = await(b->assign("workers", "late" + std::to_string(i), ""));
+    ASSERT_TRUE(placed.ok()) << placed.error().to_string();
+    EXPECT_NE(placed->assignment.owner, "node-a");
+  }
+  // It leaves with nothing left to hand over; a later incarnation of the
+  // node is placeable again.
+  ASSERT_TRUE(await(a->stop()).ok());
+  ASSERT_TRUE(wait_until([&] { return !is_member(b, "node-a"); }));
+  auto& again = add_node("node-a");
+  ASSERT_TRUE(wait_until([&] { return c->members().size() == 3; }));
+  auto placed = await(c->assign("workers", "after", ""));
+  ASSERT_TRUE(placed.ok()) << placed.error().to_string();
+  EXPECT_EQ(placed->assignment.owner, "node-a");
+  ASSERT_TRUE(wait_until([&] { return again.rec->running_now().count("after") == 1; }));
+}
+
+// proves: C2
+TEST_F(RedisCoordinatorTest, AHandOffWithNoOtherMemberKeepsItsUnitsRunningAndSaysSo) {
+  auto& a = add_node("node-a");
+  for (const char* u : {"w0", "w1"}) ASSERT_TRUE(await(a->assign("workers", u, "")).ok());
+  ASSERT_TRUE(wait_until([&] { return a.rec->running_now().size() == 2; }));
+  auto report = await(a->hand_off(4), 10s);
+  ASSERT_TRUE(report.ok()) << report.error().to_string();
+  EXPECT_EQ(report->units, 2u);
+  EXPECT_EQ(report->moved, 0u);
+  EXPECT_EQ(report->kept, 2u);
+  EXPECT_EQ(a.rec->running_now().size(), 2u);
+  EXPECT_TRUE(a.rec->log_has("stays on this node: NO_OTHER_ACCEPTABLE_WORKER"));
+  auto zero = await(a->hand_off(0));
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.error().code(), ErrorCode::invalid_argument);
 }
 
 }  // namespace

@@ -111,6 +111,12 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
   bool started_any = false;
   for (auto& [unit, w] : want) {
     if (g.units.count(unit) != 0) continue;  // running, or stopping (started again once stopped)
+    if (hand_off_) {
+      // Placed here while this node hands its units off: moved on, never
+      // started.
+      queue_hand_off(group, unit, w.epoch, false);
+      continue;
+    }
     if (!w.waiting_for.empty()) {
       g.waiting = true;
       continue;
@@ -128,6 +134,7 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
     }
   }
   if (started_any || !to_stop.empty()) publish_running(group);
+  if (hand_off_) pump_hand_off();
 }
 
 void Coordinator::Impl::begin_stop(const std::string& group, const std::string& unit, bool release_after) {
@@ -179,6 +186,7 @@ void Coordinator::Impl::on_stopped(const std::string& group, const std::string& 
       do_release(group, unit, epoch, [](Result<bool>) {});
     }
   }
+  note_handed_off(group, unit);
   if (phase_ == Phase::stopping) {
     maybe_finish_stop();
     return;

@@ -12,6 +12,7 @@ constexpr std::string_view kPrelude = R"lua(
 local P = ARGV[1]
 local MEMBERS, INFO, CONFIG, EPOCH, GROUPS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local EVENTS = P .. ':events'
+local DRAINING = P .. ':draining'
 
 local function int(x) return string.format('%d', x) end
 
@@ -120,6 +121,23 @@ local function newest(ids, exclude)
         out[#out + 1] = id
       end
     end
+  end
+  return out
+end
+
+-- A member handing its units off before it leaves (the drain script): it
+-- is live, but nothing new is placed on it. The mark holds for the
+-- incarnation that set it only.
+local function is_draining(id)
+  local s = redis.call('HGET', DRAINING, id)
+  return s and s == member_session(id)
+end
+
+-- The members of `ids` that may be given units: all but the draining ones.
+local function placeable(ids)
+  local out = {}
+  for _, id in ipairs(ids) do
+    if not is_draining(id) then out[#out + 1] = id end
   end
   return out
 end
@@ -233,6 +251,7 @@ else
     if other ~= id then others = others + 1 end
   end
   redis.call('ZADD', MEMBERS, int(now), id)
+  redis.call('HDEL', DRAINING, id)
   local version = ARGV[11] or ''
   if version ~= '' then version = ' ' .. version end
   redis.call('HSET', INFO, id, int(now) .. ' ' .. session .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. version)
@@ -279,7 +298,7 @@ for i = 5, #ARGV do
   -- Still a member and still expired: a second taker finds nothing to do.
   if dead ~= caller and redis.call('ZSCORE', MEMBERS, dead) and is_expired(dead, now, T, M) then
     local left = false
-    local heirs = newest(targets, dead)
+    local heirs = newest(placeable(targets), dead)
     for _, g in ipairs(groups) do
       local set = ukey(g, dead)
       if budget > 0 then
@@ -307,6 +326,7 @@ for i = 5, #ARGV do
     else
       redis.call('ZREM', MEMBERS, dead)
       redis.call('HDEL', INFO, dead)
+      redis.call('HDEL', DRAINING, dead)
       redis.call('PUBLISH', EVENTS, 'left ' .. dead)
     end
   end
@@ -322,7 +342,7 @@ if not T or not M then return {'NO_CONFIG'} end
 local group, unit = ARGV[2], ARGV[3]
 local d = describe(group, unit, now, T, M)
 if d then return {'ALREADY_INSTALLED', d} end
-local ids = live_members(now, T)
+local ids = placeable(live_members(now, T))
 if #ids == 0 then return {'NO_ACCEPTABLE_WORKER'} end
 local to = least_loaded(group, newest(ids, nil), nil)
 move(group, unit, nil, 0, to, now, T, M, false)
@@ -345,7 +365,7 @@ if not a then return {'NOT_INSTALLED'} end
 if ARGV[4] ~= '1' and is_live(a.owner, now, T) then
   return {'NO_NEED_TO_RELOCATE', describe(group, unit, now, T, M)}
 end
-local to = least_loaded(group, newest(ids, a.owner), a.owner)
+local to = least_loaded(group, newest(placeable(ids), a.owner), a.owner)
 if not to then return {'NO_OTHER_ACCEPTABLE_WORKER', describe(group, unit, now, T, M)} end
 move(group, unit, a.owner, a.epoch, to, now, T, M, false)
 if ARGV[5] == '1' then redis.call('PUBLISH', EVENTS, 'moved ' .. group) end
@@ -502,7 +522,7 @@ local T, M = read_rule()
 if not T or not M then return {'NO_CONFIG'} end
 local me = ARGV[2]
 if member_session(me) ~= ARGV[3] then return {'NOT_MEMBER'} end
-local ids = newest(live_members(now, T), me)
+local ids = newest(placeable(live_members(now, T)), me)
 local kept, moves = 0, {}
 for _, g in ipairs(redis.call('SMEMBERS', GROUPS)) do
   local set = ukey(g, me)
@@ -529,6 +549,7 @@ end
 if kept == 0 then
   redis.call('ZREM', MEMBERS, me)
   redis.call('HDEL', INFO, me)
+  redis.call('HDEL', DRAINING, me)
   redis.call('PUBLISH', EVENTS, 'left ' .. me)
 end
 return {'OK', kept, moves}
@@ -554,6 +575,16 @@ end
 return {'OK', redis.call('HGETALL', gkey(group, 'spec'))}
 )lua";
 
+// ARGV: [2] member [3] session
+// Marks the member as draining: assign, relocate, takeover and leave place
+// nothing more on it, so that it can hand its units off before it leaves.
+constexpr std::string_view kDrain = R"lua(
+local me = ARGV[2]
+if member_session(me) ~= ARGV[3] then return {'NOT_MEMBER'} end
+redis.call('HSET', DRAINING, me, ARGV[3])
+return {'OK'}
+)lua";
+
 struct Entry {
   std::string_view name;
   std::string_view body;
@@ -572,6 +603,7 @@ constexpr std::array<Entry, script_count> kScripts = {{
     {"lookup", kLookup},
     {"leave", kLeave},
     {"snapshot", kSnapshot},
+    {"drain", kDrain},
 }};
 
 }  // namespace

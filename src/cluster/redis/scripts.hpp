@@ -31,8 +31,9 @@ enum class Script : std::size_t {
   lookup,     // one unit's assignment
   leave,      // graceful departure: hand every unit to other live members
   snapshot,   // a group's units and specs (for sync)
+  drain,      // mark this member as handing its units off: nothing new is placed on it
 };
-inline constexpr std::size_t script_count = 12;
+inline constexpr std::size_t script_count = 13;
 
 const std::string& script_text(Script s);
 std::string_view script_name(Script s);
