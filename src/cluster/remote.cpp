@@ -119,6 +119,11 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
     return req;
   }
 
+  std::size_t waiting() {
+    std::lock_guard lk(pending_mu_);
+    return pending_.size();
+  }
+
   void complete(std::uint64_t req, Result<std::string_view> r) {
     PendingReply reply;
     {
@@ -168,6 +173,7 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
 
   // Called on a transport thread for every data frame.
   void on_frame(std::string_view from, std::uint32_t type, std::string_view payload) {
+    frames_in_.fetch_add(1, std::memory_order_relaxed);
     auto parsed = parse_envelope(type, payload);
     if (!parsed.ok()) return refuse(from, static_cast<RemoteKind>(type), payload, parsed.error());
     Envelope& e = parsed.value();
@@ -225,11 +231,35 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
     return it == inboxes_.end() ? nullptr : it->second;
   }
 
+  // One reply this node owes another: counted from the ask's arrival until
+  // its reply was handed to the transport, or its sink was dropped
+  // unanswered. Move-only; it holds the core weakly.
+  class Owed {
+   public:
+    explicit Owed(const std::shared_ptr<RemotingCore>& core) : core_(core) {
+      core->owed_.fetch_add(1, std::memory_order_relaxed);
+    }
+    Owed(Owed&& o) noexcept : core_(std::move(o.core_)), live_(std::exchange(o.live_, false)) {}
+    Owed& operator=(Owed&&) = delete;
+    ~Owed() {
+      if (!live_) return;
+      if (auto c = core_.lock()) settle(*c);
+    }
+    std::shared_ptr<RemotingCore> core() const { return core_.lock(); }
+    void settle(RemotingCore& c) {
+      if (std::exchange(live_, false)) c.owed_.fetch_sub(1, std::memory_order_release);
+    }
+
+   private:
+    std::weak_ptr<RemotingCore> core_;
+    bool live_ = true;
+  };
+
   ReplySink sink_for(std::string_view from, std::uint64_t req) {
     // The sink may run after remoting stopped (a late reply): it holds the
     // core weakly and drops the answer then.
-    return [w = weak_from_this(), node = std::string(from), req](ReplyBytes r) {
-      auto core = w.lock();
+    return [owed = Owed(shared_from_this()), node = std::string(from), req](ReplyBytes r) mutable {
+      auto core = owed.core();
       if (!core) return;
       ByteWriter& out = scratch_writer();
       out.bytes().clear();
@@ -243,6 +273,7 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
         out.str(r.error().message());
       }
       auto sent = core->send(node, RemoteKind::reply, out.bytes());
+      owed.settle(*core);
       if (!sent.ok()) core->log("reply to node '" + node + "' not sent: " + sent.error().message());
     };
   }
@@ -298,6 +329,10 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
   std::chrono::steady_clock::time_point next_sweep_{};
   Duration forget_after_;
   std::atomic<bool> stopped_{false};
+
+ public:
+  std::atomic<std::size_t> owed_{0};
+  std::atomic<std::uint64_t> frames_in_{0};
 };
 
 Result<void> send_frame(RemotingCore& core, std::string_view node, RemoteKind kind, std::string_view frame) {
@@ -370,5 +405,8 @@ Result<void> Remoting::send_control(std::string_view node, std::string_view payl
   return core_->send(node, detail::RemoteKind::shard_control, payload);
 }
 void Remoting::stop() { core_->stop(); }
+std::size_t Remoting::asks_waiting() const { return core_->waiting(); }
+std::size_t Remoting::owed_replies() const noexcept { return core_->owed_.load(std::memory_order_acquire); }
+std::uint64_t Remoting::frames_received() const noexcept { return core_->frames_in_.load(std::memory_order_relaxed); }
 
 }  // namespace troupe::cluster

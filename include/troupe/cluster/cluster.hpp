@@ -26,6 +26,8 @@
 // on it must be stopped (or the node left) before it is destroyed.
 // Thread safety: all members are thread-safe.
 
+#include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,6 +50,8 @@ struct ClusterSettings {
   CoordinatorSettings coordination{};
   // How long start() waits for Redis and registration.
   Duration start_timeout = std::chrono::seconds(30);
+  // How many shards and job queues leave() moves at once (at least 1).
+  std::size_t hand_off_batch = 8;
 };
 
 class Cluster {
@@ -66,10 +70,22 @@ class Cluster {
   Coordinator& coordinator();
   ShardDirectory& directory();
 
-  // Graceful leave: every shard and worker hosted here is stopped (E6) and
-  // handed to live members, the node leaves the membership, remoting stops.
-  // Waits up to `bound`.
-  Result<void> leave(Duration bound = std::chrono::seconds(60));
+  // Graceful leave, a planned hand-off no client should notice (SPEC C2):
+  //  1. every shard and job queue hosted here moves to another live member,
+  //     hand_off_batch at a time (Coordinator::hand_off): its new owner is
+  //     chosen first, it stops here as E6 says, and the new owner starts it.
+  //     Commands for it wait meanwhile in the shard's bounded buffer (here
+  //     or at the new owner) and go to the new owner; this node forwards
+  //     whatever still reaches it;
+  //  2. the other nodes are told, and route to the new owners from then on;
+  //  3. replies owed to other nodes are sent, and frames already on their
+  //     way are let in (at most 2 heartbeat intervals, capped at 2 s);
+  //  4. the node leaves the membership and remoting stops.
+  // Waits up to `bound` in all; `progress` runs as each quarter of the
+  // units has moved. Returns what moved. Errors: timeout (naming the step),
+  // or what the hand-off or the leave met (the node still leaves).
+  Result<HandOffReport> leave(Duration bound = std::chrono::seconds(60),
+                              std::function<void(const HandOffReport&)> progress = {});
 
  private:
   struct Impl;

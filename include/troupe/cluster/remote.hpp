@@ -190,6 +190,15 @@ class Remoting {
   detail::RemotingCore& core() const { return *core_; }
   Transport& transport() const;
 
+  // Replies this node owes other nodes: asks that arrived and whose reply
+  // has not yet been handed to the transport (nor dropped unanswered).
+  std::size_t owed_replies() const noexcept;
+  // Asks this node sent that wait for their answer.
+  std::size_t asks_waiting() const;
+  // Data frames received since start: a leaving node waits until this stops
+  // moving (and nothing is owed) before it stops.
+  std::uint64_t frames_received() const noexcept;
+
   // Stops the transport: no inbox is called after it returns; asks still
   // waiting complete with shutting_down. Idempotent.
   void stop();

@@ -1,9 +1,11 @@
 #include "troupe/cluster/cluster.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -271,25 +273,62 @@ Remoting& Cluster::remoting() { return *impl_->remoting; }
 Coordinator& Cluster::coordinator() { return *impl_->coordinator; }
 ShardDirectory& Cluster::directory() { return *impl_->directory; }
 
-Result<void> Cluster::leave(Duration bound) {
-  auto done = impl_->coordinator->stop();
-  if (!done.wait_for(bound))
-    return Error(ErrorCode::timeout, "node '" + impl_->settings.node_id + "' did not finish leaving within " +
-                                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(bound).count()) + " s");
-  auto r = done.get();
+Result<HandOffReport> Cluster::leave(Duration bound, std::function<void(const HandOffReport&)> progress) {
+  using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + bound;
+  const std::string& self = impl_->settings.node_id;
+  auto late = [&](const char* step) {
+    return Error(ErrorCode::timeout, "node '" + self + "' did not finish " + step + " within " +
+                                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(bound).count()) +
+                                         " s");
+  };
+  std::optional<Error> failed;
+  HandOffReport report;
+  auto handed = impl_->coordinator->hand_off(std::max<std::size_t>(1, impl_->settings.hand_off_batch), std::move(progress));
+  if (!handed.wait_for(until - Clock::now())) return late("handing off its shards");
+  if (auto h = handed.get(); h.ok()) {
+    report = h.value();
+  } else {
+    failed = std::move(h).error();  // the stop below stops and hands over what is left
+  }
+
   std::vector<std::string> peers;
   {
     std::lock_guard lk(impl_->members_mu);
     for (auto& [id, addr] : impl_->peers) peers.push_back(id);
   }
   for (auto& p : peers) (void)impl_->remoting->send_control(p, kLeavingNotice);
-  // Stay reachable a little longer: the notices go out, and requests
-  // already on their way here are answered (with an error, their shard
-  // having moved) instead of being cut off.
-  auto grace = std::min<Duration>(2 * impl_->settings.coordination.heartbeat_interval, std::chrono::seconds(2));
-  std::this_thread::sleep_for(grace);
+  // Stay reachable until the replies owed to other nodes are sent, the
+  // answers this node waits for have come, and no frame has arrived for a
+  // moment (the others have heard the notice and stopped sending), within
+  // a bound.
+  const auto grace = std::min<Duration>(2 * impl_->settings.coordination.heartbeat_interval, std::chrono::seconds(2));
+  const auto settle_until = std::min(until, Clock::now() + grace);
+  constexpr auto kQuiet = std::chrono::milliseconds(100);
+  auto frames = impl_->remoting->frames_received();
+  auto quiet_since = Clock::now();
+  while (Clock::now() < settle_until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    auto now_frames = impl_->remoting->frames_received();
+    if (now_frames != frames) {
+      frames = now_frames;
+      quiet_since = Clock::now();
+    } else if (impl_->remoting->owed_replies() == 0 && impl_->remoting->asks_waiting() == 0 &&
+               Clock::now() - quiet_since >= kQuiet) {
+      break;
+    }
+  }
+
+  auto done = impl_->coordinator->stop();
+  if (!done.wait_for(until - Clock::now())) {
+    impl_->remoting->stop();
+    return late("leaving");
+  }
+  auto r = done.get();
   impl_->remoting->stop();
-  return r;
+  if (failed) return std::move(*failed);
+  if (!r.ok()) return std::move(r).error();
+  return report;
 }
 
 }  // namespace troupe::cluster

@@ -5,6 +5,8 @@
 #include "troupe/cluster/cluster.hpp"
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -222,6 +224,65 @@ TEST_F(ClusterSharding, AGracefulLeaveHandsItsShardsToTheOthersAfterProcessingEn
   auto w = where(node("a"), id);
   ASSERT_TRUE(w.ok()) << w.error().to_string();
   EXPECT_EQ(owner_in(w.value()), "a");
+}
+
+// proves: C2
+TEST_F(ClusterSharding, ANodeThatLeavesUnderLoadHandsItsShardsOffWithoutRefusingAnyCommand) {
+  add("a");
+  add("b");
+  add("c");
+  await_members(3);
+  for (int i = 0; i < 30; ++i) ASSERT_TRUE(deposit(node("a"), "acct-" + std::to_string(i), 0).ok());
+  auto before = shards_per_node();
+  ASSERT_GT(before["b"], 0u);
+
+  // Clients on every node, b included until it has left, deposit 1 at a
+  // time into 30 accounts spread over every shard.
+  std::atomic<bool> stop{false}, b_left{false};
+  std::mutex mu;
+  std::map<std::string, std::int64_t> paid;
+  std::vector<std::string> failures;
+  auto client = [&](ClusterNode& n, int t, const std::atomic<bool>& until) {
+    for (int i = 0; !until.load(); ++i) {
+      std::string id = "acct-" + std::to_string((i * 7 + t) % 30);
+      auto r = deposit(n, id, 1);
+      std::lock_guard lk(mu);
+      if (r.ok()) {
+        ++paid[id];
+      } else {
+        failures.push_back(n.id + " " + id + ": " + r.error().to_string());
+      }
+    }
+  };
+  std::vector<std::thread> clients;
+  clients.emplace_back(client, std::ref(node("a")), 0, std::cref(stop));
+  clients.emplace_back(client, std::ref(node("c")), 1, std::cref(stop));
+  // b's own client stops once b hosts no shard: what it sent by then is
+  // answered before b's remoting stops.
+  clients.emplace_back(client, std::ref(node("b")), 2, std::cref(b_left));
+  std::thread watch([&] {
+    while (!stop.load() && node("b").region->stats().shards_hosted > 0) std::this_thread::sleep_for(1ms);
+    b_left = true;
+  });
+  std::this_thread::sleep_for(300ms);
+  auto left = node("b").cluster->leave(20s);
+  std::this_thread::sleep_for(300ms);
+  stop = true;
+  watch.join();
+  for (auto& t : clients) t.join();
+
+  ASSERT_TRUE(left.ok()) << left.error().to_string();
+  EXPECT_EQ(left->units, before["b"]);
+  EXPECT_EQ(left->moved, before["b"]);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " commands refused, the first: " << failures.front();
+  EXPECT_EQ(node("b").region->stats().shards_hosted, 0u);
+  // Nothing acknowledged was lost: each balance is the deposits answered.
+  ASSERT_FALSE(paid.empty());
+  for (auto& [id, n] : paid) {
+    auto now = deposit(node("a"), id, 0);
+    ASSERT_TRUE(now.ok()) << id << ": " << now.error().to_string();
+    EXPECT_EQ(now.value(), n) << id;
+  }
 }
 
 // proves: L6

@@ -207,7 +207,11 @@ void RegionCore<B>::retire(std::uint32_t s, std::uint64_t epoch) {
   }
   sh.restart_epoch.reset();
   sh.phase = Phase::unknown;
-  bool relocate = !sh.buffer.empty() && !stopping.load(std::memory_order_acquire);
+  // Handed off: the new owner is looked up at once, whether or not
+  // something waits, so that what still reaches this node for the shard
+  // (from other nodes that have not heard yet) is forwarded to it without
+  // asking placement again, which may be gone by then.
+  bool relocate = !stopping.load(std::memory_order_acquire);
   if (relocate) sh.phase = Phase::locating;
   lk.unlock();
   directory->released(settings.entity.type_name, s, epoch);

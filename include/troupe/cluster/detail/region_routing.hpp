@@ -228,7 +228,16 @@ Result<void> RegionCore<B>::on_remote(std::string_view from, std::string_view re
   {
     Shard& sh = shards[s];
     std::lock_guard lk(sh.mu);
-    if (sh.phase == Phase::remote) forwarded.fetch_add(1, std::memory_order_relaxed);
+    if (sh.phase == Phase::remote && sh.owner == from) {
+      // The node this one takes for the owner sent it here: it no longer
+      // owns the shard (it handed it off, most likely to this node). Sent
+      // back, the command would bounce until it ran out of hops: the owner
+      // is looked up again instead, and it waits for it.
+      sh.phase = Phase::unknown;
+      sh.owner.clear();
+    } else if (sh.phase == Phase::remote) {
+      forwarded.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   route(std::move(id), std::move(cmd.value()), static_cast<std::uint8_t>(hops + 1));
   return {};
