@@ -146,13 +146,19 @@ std::uint64_t WindowLatency::percentile(std::vector<std::uint32_t>& values, doub
   return values[k];
 }
 
-std::vector<WindowLatency::Window> WindowLatency::windows(std::size_t at_least) const {
+std::vector<WindowLatency::Window> WindowLatency::windows(std::size_t count) const {
   std::vector<std::vector<std::uint32_t>> copy;
   {
     std::lock_guard lk(mu_);
     copy = by_window_;
   }
-  std::vector<Window> out(std::max(at_least, copy.size()));
+  if (count == 0) count = copy.size();
+  if (count > 0 && copy.size() > count) {
+    for (std::size_t i = count; i < copy.size(); ++i)
+      copy[count - 1].insert(copy[count - 1].end(), copy[i].begin(), copy[i].end());
+    copy.resize(count);
+  }
+  std::vector<Window> out(count);
   for (std::size_t i = 0; i < out.size(); ++i) {
     out[i].index = i;
     if (i >= copy.size() || copy[i].empty()) continue;

@@ -101,8 +101,10 @@ class WindowLatency {
     std::uint64_t p99_us = 0;  // 0 when empty
     std::uint64_t max_us = 0;
   };
-  // Windows 0 .. max(at_least, the last with a value) - 1, empty ones included.
-  std::vector<Window> windows(std::size_t at_least) const;
+  // Windows 0 .. count - 1, empty ones included; values of later windows
+  // count in the last one (requests sent after the measured run: cancels of
+  // its last payments). 0: up to the last window with a value.
+  std::vector<Window> windows(std::size_t count) const;
   // The p99 over every value recorded; 0 when none.
   std::uint64_t p99_all() const;
 

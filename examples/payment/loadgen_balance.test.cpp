@@ -133,7 +133,12 @@ TEST(WindowLatency, EachWindowHasItsCountExactP99AndMax) {
   EXPECT_EQ(ws[2].max_us, 200u);
   EXPECT_EQ(ws[3].index, 3u);
   EXPECT_EQ(ws[3].count, 0u);
-  EXPECT_EQ(w.windows(1).size(), 3u) << "windows with values are listed whatever the minimum";
+  EXPECT_EQ(w.windows(0).size(), 3u) << "0: up to the last window with a value";
+  const auto two = w.windows(2);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].count, 100u);
+  EXPECT_EQ(two[1].count, 201u) << "values past the last window count in it";
+  EXPECT_EQ(two[1].max_us, 200u);
   // The whole run: 301 values, rank ceil(297.99) = 298, the 97th of the
   // 100 values of window 0.
   EXPECT_EQ(w.p99_all(), 97000u);

@@ -39,23 +39,33 @@
 // with no admin URL, always ready. Each node has its own keep-alive
 // connections (--connections each).
 //
-// Besides the outcomes above, the summary gives: the answers by HTTP status
-// for payments and cancels; the requests that got no answer, as connection
-// errors (refused, reset, closed before the answer), client timeouts and
-// other errors; per node the payments and cancels sent and how often it
-// turned not ready; the latency of every counted request (payments and
-// cancels, any outcome, waits included) in windows of --window-s by the
-// time it was sent: count, p99 and max per window, the p99 of the whole
-// run ("steady p99") and the worst window's ratio to it; and the slowest
-// request (ms, node, kind, outcome). With --json the same as one object:
-// the keys of the text's rows plus nodes[] {api, admin, payments, cancels,
-// turned_not_ready, ready_at_end}, payment_statuses and cancel_statuses
-// {"200": n, ...}, payment_/cancel_ connection_errors, client_timeouts and
-// other_errors, connection_errors (both kinds), no_ready_waits,
-// no_ready_gave_up, no_ready_longest_wait_ms, window_s, windows[] {index,
-// start_s, count, p99_ms, max_ms (null when empty)}, steady_p99_ms,
-// window_p99_max_ms, window_p99_ratio, slowest {ms, node, kind, outcome}.
+// Besides the outcomes above, the summary gives: the answers by HTTP
+// status for payments and cancels; the requests that got no answer, as
+// connection errors (refused, reset, closed before the answer), client
+// timeouts and other errors; per node the payments and cancels sent and
+// how often it turned not ready; the latency of every counted request
+// (payments and cancels, any outcome, waits included) in windows of
+// --window-s by the time it was sent (a cancel sent after the run's end
+// counts in the last window): count, p99 and max per window, the p99 of
+// the whole run ("steady p99") and the worst window's ratio to it; and the
+// slowest request (ms, node, kind, outcome).
 //
+// With --json the same as one object: the keys of the text's rows (url:
+// the nodes' API URLs, ", " between them), plus
+//   nodes[]: {api, admin (null without), payments, cancels,
+//             turned_not_ready, ready_at_end}
+//   payment_statuses, cancel_statuses: {"200": n, "503": n, ...}
+//   payment_connection_errors, payment_client_timeouts,
+//   payment_other_errors, and the same with cancel_; connection_errors
+//   (both kinds)
+//   no_ready_waits, no_ready_gave_up, no_ready_longest_wait_ms
+//   window_s, windows[]: {index, start_s, count, p99_ms, max_ms} (the
+//   last two null when count is 0), steady_p99_ms, window_p99_max_ms,
+//   window_p99_ratio (null without requests)
+//   slowest: {ms, node ("" when no node was ready), kind ("payment" or
+//            "cancel"), outcome ("200", "connection error", "timeout",
+//            "no ready node", ...)}, null without requests.
+
 // Order ids are --id-prefix-N (default o-SEED-N); the service makes the
 // payment id pay-ORDER. Load generators that share a service or a gateway
 // need prefixes (or seeds) of their own.
@@ -67,7 +77,8 @@
 // The parts: loadgen.hpp (the options and LoadGen), loadgen_driver.cpp
 // (sending and counting), loadgen_balance.hpp (the nodes, their /ready
 // poller, the round robin and the latency windows), loadgen_report.cpp
-// (the gateway check and the summary). This file reads the command line and wires them together.
+// (the gateway check and the summary). This file reads the command line
+// and wires them together.
 
 #include <signal.h>
 #include <unistd.h>
@@ -137,6 +148,12 @@ int main(int argc, char** argv) {
   Options o;
   bool duration_given = false;
   CLI::App app{"Load generator for the troupe payment service's HTTP API."};
+  app.footer(
+      "With several --node, payments and cancels go round robin over the nodes whose ADMIN_URL/ready "
+      "last answered 200; while none is ready a request waits (within --timeout-s). The summary adds "
+      "answers by HTTP status, connection errors, requests per node, p99 and max per --window-s window "
+      "and the slowest request (loadgen_main.cpp lists the --json keys).\n"
+      "Exit status: 0 when some payment completed, 1 when none did, 2 for bad flags.");
   std::vector<std::string> node_specs;
   auto* url = app.add_option("--url", o.url, "Base URL of the payment service (one node, always ready)")
                   ->capture_default_str();
