@@ -131,7 +131,9 @@ class LoadGen {
         rng_(o_.seed),
         windows_(std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double>(o_.window_s))),
         nodes_(std::move(nodes)) {}
-  ~LoadGen() { nodes_.reset(); }  // its clients' callbacks reach every other member
+  // The clients' callbacks reach every other member, nodes_ too: they end
+  // while all is still there.
+  ~LoadGen() { nodes_->close(); }
 
   // Whether anything answers at the nodes' API URLs: any HTTP response
   // will do, from one node at least (the others are named on stderr).

@@ -194,7 +194,9 @@ std::vector<bool> always_ready(const std::vector<std::unique_ptr<NodePool::Node>
 NodePool::NodePool(std::vector<std::unique_ptr<Node>> nodes)
     : nodes_(std::move(nodes)), rr_(always_ready(nodes_)) {}
 
-NodePool::~NodePool() {
+NodePool::~NodePool() { close(); }
+
+void NodePool::close() {
   stop();
   for (auto& n : nodes_) {
     if (n->admin) n->admin->close();

@@ -143,13 +143,16 @@ class NodePool {
   // resolve, naming the node.
   static troupe::Result<std::unique_ptr<NodePool>> create(const std::vector<NodeAddress>& nodes,
                                                           troupe::http::ClientSettings api);
-  ~NodePool();  // stop()
+  ~NodePool();  // close()
 
   // Polls every admin URL once and waits for the answers (at most ~0.5 s),
   // then starts the poller thread.
   void start_polling();
   // Stops the poller and gives up the parked requests.
   void stop();
+  // stop(), then closes every client: requests still in flight fail with
+  // shutting_down. Idempotent; not from inside a client's callback.
+  void close();
 
   // Hands `go` a node (or nullopt after waiting until `deadline`).
   void route(Steady::time_point deadline, ReadyRoundRobin::Go go);

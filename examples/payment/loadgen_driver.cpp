@@ -353,10 +353,17 @@ void LoadGen::print_progress(Steady::time_point now,
                   static_cast<unsigned long long>(o_.payments));
   else
     std::snprintf(when, sizeof when, "%6.1f/%gs", elapsed, total);
+  // With several nodes: how many take requests now.
+  char ready[32] = {};
+  if (nodes_->size() > 1) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < nodes_->size(); ++i) n += nodes_->balance().ready(i) ? 1 : 0;
+    std::snprintf(ready, sizeof ready, "  ready %zu/%zu", n, nodes_->size());
+  }
   std::snprintf(
       line, sizeof line,
-      "%s [%s] %7.0f/s  ok %llu  failed %llu  timed out %llu  refused %llu  errors %llu  p99 %.1f ms%s", when,
-      bar, rate, v(t_.completed), failed, v(t_.timed_out), v(t_.refused), v(t_.errors), p99,
+      "%s [%s] %7.0f/s  ok %llu  failed %llu  timed out %llu  refused %llu  errors %llu  p99 %.1f ms%s%s",
+      when, bar, rate, v(t_.completed), failed, v(t_.timed_out), v(t_.refused), v(t_.errors), p99, ready,
       now < measure_from_ ? "  (warm-up)" : "");
   if (tty)
     std::fprintf(stderr, "\r%s\033[K", line);
