@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", o.concurrency, "Requests in flight at most")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  app.add_option("--connections", o.connections, "HTTP connections (default: --concurrency)")
+  app.add_option("--connections", o.connections, "HTTP connections to each node (default: --concurrency)")
       ->check(CLI::Range(1, 100000));
   app.add_option("--customers", o.customers, "Customer ids drawn uniformly from this many")
       ->check(CLI::PositiveNumber)
