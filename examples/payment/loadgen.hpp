@@ -1,9 +1,11 @@
 #pragma once
 // payment_loadgen's parts (loadgen_main.cpp describes the program): its
 // options, the counts of a run, and LoadGen, which drives the payment
-// service's HTTP API (loadgen_driver.cpp) and reports what came back
+// service's HTTP API on one or more nodes (loadgen_driver.cpp, with the
+// balancing in loadgen_balance.hpp) and reports what came back
 // (loadgen_report.cpp).
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -18,13 +20,13 @@
 #include <utility>
 #include <vector>
 
+#include "loadgen_balance.hpp"
 #include "troupe/net/http.hpp"
 #include "troupe/node/latency_histogram.hpp"
 
 namespace payment_loadgen {
 
 using json = nlohmann::json;
-using Steady = std::chrono::steady_clock;
 using troupe::ErrorCode;
 using troupe::Result;
 using troupe::http::Client;
@@ -39,6 +41,8 @@ extern std::atomic<bool> g_interrupted;
 // The command line's settings (loadgen_main.cpp reads them). Value type.
 struct Options {
   std::string url = "http://127.0.0.1:8080";
+  std::vector<NodeAddress> nodes;  // --node, or the --url alone (no admin URL)
+  double window_s = 10;            // latency windows
   double duration_s = 30;
   std::uint64_t payments = 0;  // 0: no limit
   double rate = 0;             // payments/s; 0: closed loop
@@ -69,6 +73,34 @@ struct Tally {
   std::atomic<std::uint64_t> refunds_requested{0}, refunds{0}, refund_errors{0}, behind{0};
 };
 
+// How the requests of one kind (payments, cancels) ended, as a client sees
+// them: answers by HTTP status, and the requests that got none. Relaxed
+// atomics, as Tally.
+struct Answers {
+  std::array<std::atomic<std::uint64_t>, 600> by_status{};  // [0]: a status outside 100..599
+  std::atomic<std::uint64_t> connection_errors{0};          // refused, reset, closed before the answer
+  std::atomic<std::uint64_t> timeouts{0};                   // no answer within --timeout-s (waits included)
+  std::atomic<std::uint64_t> no_ready_node{0};              // of those: never sent, no node was ready
+  std::atomic<std::uint64_t> other_errors{0};               // a malformed answer, a full client queue, ...
+
+  // Counts one outcome; `never_sent`: no node was ready in time.
+  void count(const Result<Response>& r, bool never_sent);
+  // {"200": n, "503": n, ...}, only statuses seen.
+  json statuses() const;
+};
+
+// A request's outcome in a word: "200", "connection error", "timeout",
+// "no ready node", or the error code's name.
+std::string outcome_name(const Result<Response>& r, bool never_sent);
+
+// The slowest request of the run.
+struct Slowest {
+  std::uint64_t micros = 0;
+  std::string node;  // its API URL; "" when no node was ready
+  std::string kind;  // "payment" or "cancel"
+  std::string outcome;
+};
+
 // What the gateway said of the refunds asked, after the run; a number is
 // set only when it was read.
 struct GatewayCheck {
@@ -93,10 +125,19 @@ json get_json(Client& c, const char* target, std::string& why);
 // mutex-guarded members.
 class LoadGen {
  public:
-  LoadGen(Options o, std::unique_ptr<Client> client, std::unique_ptr<Client> gateway)
-      : o_(std::move(o)), client_(std::move(client)), gateway_(std::move(gateway)), rng_(o_.seed) {}
+  LoadGen(Options o, std::unique_ptr<NodePool> nodes, std::unique_ptr<Client> gateway)
+      : o_(std::move(o)),
+        gateway_(std::move(gateway)),
+        rng_(o_.seed),
+        windows_(std::chrono::duration_cast<Steady::duration>(std::chrono::duration<double>(o_.window_s))),
+        nodes_(std::move(nodes)) {}
+  // The clients' callbacks reach every other member, nodes_ too: they end
+  // while all is still there.
+  ~LoadGen() { nodes_->close(); }
 
-  // Whether anything answers at the URL: any HTTP response will do.
+  // Whether anything answers at the nodes' API URLs: any HTTP response
+  // will do, from one node at least (the others are named on stderr).
+  // Then learns which nodes are ready and starts polling their /ready.
   Result<void> probe();
 
   // Sends until the duration, the payment count or an interrupt ends the
@@ -118,6 +159,10 @@ class LoadGen {
  private:
   // The refund rows read from the gateway, each only if it was read.
   void print_gateway_check() const;
+  // The nodes, the answers by status, the latency windows and the slowest request.
+  json balance_json() const;
+  void print_balance() const;
+  std::size_t measured_windows() const;
 
   static json measured_json(const std::optional<std::uint64_t>& x) { return x ? json(*x) : json(nullptr); }
 
@@ -138,7 +183,17 @@ class LoadGen {
 
   void send_payment(Steady::time_point scheduled);
 
-  void on_payment(Steady::time_point scheduled, bool count, Result<Response> r);
+  // `node`: where it went; nullopt when no node was ready before its timeout.
+  void on_payment(Steady::time_point scheduled, bool count, std::optional<std::size_t> node,
+                  Result<Response> r);
+
+  // Times a counted request (payment or cancel) of any outcome: its window
+  // (by `sent`), and the slowest of the run.
+  void time_request(Steady::time_point sent, Steady::time_point now, std::optional<std::size_t> node,
+                    const char* kind, const Result<Response>& r);
+
+  // The request's timeout from `now` on: --timeout-s.
+  Steady::time_point deadline_from(Steady::time_point now) const { return now + seconds(o_.timeout_s); }
 
   // Counts one answered payment; true if it is to be refunded.
   bool tally_outcome(const json& j, const std::string& status, Steady::duration latency);
@@ -147,6 +202,8 @@ class LoadGen {
 
   // Cancels a completed payment, which refunds it, in the payment's slot.
   void refund(const std::string& id, std::int64_t amount);
+  void on_refund(const std::string& id, std::int64_t amount, Steady::time_point sent,
+                 std::optional<std::size_t> node, Result<Response> r);
 
   // A payment (and its refund, if any) is done: in closed-loop mode its
   // slot sends the next payment; otherwise the slot is free.
@@ -168,7 +225,6 @@ class LoadGen {
   static void print_histogram(const HistogramSnapshot& h);
 
   const Options o_;
-  std::unique_ptr<Client> client_;
   std::unique_ptr<Client> gateway_;  // with --gateway
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
@@ -192,6 +248,13 @@ class LoadGen {
   std::mutex ids_mu_;
   std::vector<std::string> refunded_ids_;
   GatewayCheck check_;
+  Answers payment_answers_, cancel_answers_;
+  WindowLatency windows_;  // every counted request, payments and cancels
+  std::atomic<std::uint64_t> slowest_us_{0};
+  mutable std::mutex slowest_mu_;
+  Slowest slowest_;
+  // Last: its clients' io threads call into the members above.
+  std::unique_ptr<NodePool> nodes_;
 };
 
 }  // namespace payment_loadgen

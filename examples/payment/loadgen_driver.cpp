@@ -14,9 +14,39 @@
 
 namespace payment_loadgen {
 
+namespace {
+
+// The outcome of a request that never found a ready node.
+Result<Response> no_ready_node() {
+  return troupe::Error(ErrorCode::timeout, "no node was ready within the request's timeout");
+}
+
+// What is left of a request's time until `deadline` (at least 1 ms: the
+// client takes no zero).
+troupe::Duration remaining(Steady::time_point deadline) {
+  const auto left = std::chrono::duration_cast<troupe::Duration>(deadline - Steady::now());
+  return std::max<troupe::Duration>(left, std::chrono::milliseconds(1));
+}
+
+}  // namespace
+
 Result<void> LoadGen::probe() {
-  auto r = client_->request_sync("GET", "/payments/loadgen-probe", "", "", std::chrono::seconds(5));
-  if (!r.ok()) return r.error();
+  std::optional<troupe::Error> last;
+  std::size_t answering = 0;
+  for (std::size_t i = 0; i < nodes_->size(); ++i) {
+    NodePool::Node& n = nodes_->node(i);
+    auto r = n.api->request_sync("GET", "/payments/loadgen-probe", "", "", std::chrono::seconds(5));
+    if (r.ok()) {
+      ++answering;
+      continue;
+    }
+    if (nodes_->size() > 1)
+      std::fprintf(stderr, "payment_loadgen: node %s does not answer: %s\n", n.address.api.c_str(),
+                   r.error().to_string().c_str());
+    last = r.error();
+  }
+  if (answering == 0 && last) return *last;
+  nodes_->start_polling();
   return {};
 }
 
@@ -36,8 +66,11 @@ void LoadGen::run() {
   const auto stopped_at = reached_deadline ? deadline_ : Steady::now();
   if (scheduler.joinable()) scheduler.join();
   // Whatever is in flight gets its answer or its timeout.
-  std::unique_lock lk(idle_mu_);
-  idle_cv_.wait_for(lk, seconds(o_.timeout_s + 5), [&] { return in_flight_.load() == 0; });
+  {
+    std::unique_lock lk(idle_mu_);
+    idle_cv_.wait_for(lk, seconds(o_.timeout_s + 5), [&] { return in_flight_.load() == 0; });
+  }
+  nodes_->stop();
   // A run of a given length is measured over that length (answers that
   // come after it were sent within it); a run of --payments N lasts
   // until its last answer.
@@ -96,14 +129,33 @@ void LoadGen::send_payment(Steady::time_point scheduled) {
     counted_sent_.fetch_add(1);
   }
   in_flight_.fetch_add(1);
-  client_->request(
-      "POST", "/payments", std::move(body), "application/json",
-      [this, scheduled, count](Result<Response> r) { on_payment(scheduled, count, std::move(r)); });
+  // The timeout covers a wait for a ready node too.
+  const auto deadline = deadline_from(Steady::now());
+  nodes_->route(deadline, [this, scheduled, count, deadline,
+                           body = std::move(body)](std::optional<std::size_t> node) mutable {
+    if (!node) {
+      on_payment(scheduled, count, node, no_ready_node());
+      return;
+    }
+    NodePool::Node& n = nodes_->node(*node);
+    n.payments.fetch_add(1, std::memory_order_relaxed);
+    n.api->request(
+        "POST", "/payments", std::move(body), "application/json",
+        [this, scheduled, count, node](Result<Response> r) {
+          on_payment(scheduled, count, node, std::move(r));
+        },
+        remaining(deadline));
+  });
 }
 
-void LoadGen::on_payment(Steady::time_point scheduled, bool count, Result<Response> r) {
+void LoadGen::on_payment(Steady::time_point scheduled, bool count, std::optional<std::size_t> node,
+                         Result<Response> r) {
   const auto now = Steady::now();
-  if (count) note_answer(now);
+  if (count) {
+    note_answer(now);
+    payment_answers_.count(r, !node);
+    time_request(scheduled, now, node, "payment", r);
+  }
   bool follow_up = false;
   if (!r.ok()) {
     if (count) {
@@ -170,32 +222,64 @@ bool LoadGen::draw_refund() {
 
 void LoadGen::refund(const std::string& id, std::int64_t amount) {
   t_.refunds_requested.fetch_add(1, std::memory_order_relaxed);
-  client_->request("POST", "/payments/" + troupe::http::percent_encode(id) + "/cancel", "{}", "application/json",
-                   [this, id, amount](Result<Response> r) {
-                     bool ok = false;
-                     std::string why;
-                     if (!r.ok()) {
-                       why = r.error().to_string();
-                     } else if (r->status != 200) {
-                       why = "HTTP " + std::to_string(r->status) + " " + r->body.substr(0, 200);
-                     } else {
-                       const json j = json::parse(r->body, nullptr, false);
-                       ok = j.is_object() && j.value("status", std::string()) == "Cancelled" &&
-                            j.value("refunded", std::int64_t{-1}) == amount;
-                       if (!ok) why = "unexpected answer " + r->body.substr(0, 200);
-                     }
-                     if (ok) {
-                       t_.refunds.fetch_add(1, std::memory_order_relaxed);
-                       if (gateway_) {
-                         std::lock_guard lk(ids_mu_);
-                         refunded_ids_.push_back(id);
-                       }
-                     } else {
-                       t_.refund_errors.fetch_add(1, std::memory_order_relaxed);
-                       note_error("refund (cancel): " + why);
-                     }
-                     finished();
-                   });
+  const auto sent = Steady::now();
+  const auto deadline = deadline_from(sent);
+  nodes_->route(deadline, [this, id, amount, sent, deadline](std::optional<std::size_t> node) {
+    if (!node) {
+      on_refund(id, amount, sent, node, no_ready_node());
+      return;
+    }
+    NodePool::Node& n = nodes_->node(*node);
+    n.cancels.fetch_add(1, std::memory_order_relaxed);
+    n.api->request(
+        "POST", "/payments/" + troupe::http::percent_encode(id) + "/cancel", "{}", "application/json",
+        [this, id, amount, sent, node](Result<Response> r) {
+          on_refund(id, amount, sent, node, std::move(r));
+        },
+        remaining(deadline));
+  });
+}
+
+void LoadGen::on_refund(const std::string& id, std::int64_t amount, Steady::time_point sent,
+                        std::optional<std::size_t> node, Result<Response> r) {
+  cancel_answers_.count(r, !node);
+  time_request(sent, Steady::now(), node, "cancel", r);
+  bool ok = false;
+  std::string why;
+  if (!r.ok()) {
+    why = r.error().to_string();
+  } else if (r->status != 200) {
+    why = "HTTP " + std::to_string(r->status) + " " + r->body.substr(0, 200);
+  } else {
+    const json j = json::parse(r->body, nullptr, false);
+    ok = j.is_object() && j.value("status", std::string()) == "Cancelled" &&
+         j.value("refunded", std::int64_t{-1}) == amount;
+    if (!ok) why = "unexpected answer " + r->body.substr(0, 200);
+  }
+  if (ok) {
+    t_.refunds.fetch_add(1, std::memory_order_relaxed);
+    if (gateway_) {
+      std::lock_guard lk(ids_mu_);
+      refunded_ids_.push_back(id);
+    }
+  } else {
+    t_.refund_errors.fetch_add(1, std::memory_order_relaxed);
+    note_error("refund (cancel): " + why);
+  }
+  finished();
+}
+
+void LoadGen::time_request(Steady::time_point sent, Steady::time_point now, std::optional<std::size_t> node,
+                           const char* kind, const Result<Response>& r) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(now - sent).count();
+  const std::uint64_t micros = us < 0 ? 0 : static_cast<std::uint64_t>(us);
+  windows_.record(sent - measure_from_, micros);
+  if (micros <= slowest_us_.load(std::memory_order_relaxed)) return;
+  std::lock_guard lk(slowest_mu_);
+  if (micros <= slowest_.micros) return;
+  slowest_ =
+      Slowest{micros, node ? nodes_->node(*node).address.api : std::string(), kind, outcome_name(r, !node)};
+  slowest_us_.store(micros, std::memory_order_relaxed);
 }
 
 void LoadGen::finished() {
@@ -269,10 +353,17 @@ void LoadGen::print_progress(Steady::time_point now,
                   static_cast<unsigned long long>(o_.payments));
   else
     std::snprintf(when, sizeof when, "%6.1f/%gs", elapsed, total);
+  // With several nodes: how many take requests now.
+  char ready[32] = {};
+  if (nodes_->size() > 1) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < nodes_->size(); ++i) n += nodes_->balance().ready(i) ? 1 : 0;
+    std::snprintf(ready, sizeof ready, "  ready %zu/%zu", n, nodes_->size());
+  }
   std::snprintf(
       line, sizeof line,
-      "%s [%s] %7.0f/s  ok %llu  failed %llu  timed out %llu  refused %llu  errors %llu  p99 %.1f ms%s", when,
-      bar, rate, v(t_.completed), failed, v(t_.timed_out), v(t_.refused), v(t_.errors), p99,
+      "%s [%s] %7.0f/s  ok %llu  failed %llu  timed out %llu  refused %llu  errors %llu  p99 %.1f ms%s%s",
+      when, bar, rate, v(t_.completed), failed, v(t_.timed_out), v(t_.refused), v(t_.errors), p99, ready,
       now < measure_from_ ? "  (warm-up)" : "");
   if (tty)
     std::fprintf(stderr, "\r%s\033[K", line);

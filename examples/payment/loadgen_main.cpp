@@ -27,6 +27,45 @@
 // than once). Without --gateway the refunds are not checked, and the
 // summary says so.
 //
+// Several nodes (--node API_URL,ADMIN_URL, repeated): the load generator
+// acts as a load balancer in front of them. Every 100 ms it GETs each
+// ADMIN_URL/ready (500 ms timeout); a node gets new requests only while its
+// last /ready answered 200 (any other status or no answer: not ready).
+// Payments and cancels alike go round robin over the ready nodes; while
+// none is ready a request waits for one, within its --timeout-s, and is
+// counted as a wait (one that waits its whole timeout is a client timeout,
+// "no ready node"). A request sent to a node that then turns not ready is
+// not sent again: its real outcome is counted. --url alone is one node
+// with no admin URL, always ready. Each node has its own keep-alive
+// connections (--connections each).
+//
+// Besides the outcomes above, the summary gives: the answers by HTTP
+// status for payments and cancels; the requests that got no answer, as
+// connection errors (refused, reset, closed before the answer), client
+// timeouts and other errors; per node the payments and cancels sent and
+// how often it turned not ready; the latency of every counted request
+// (payments and cancels, any outcome, waits included) in windows of
+// --window-s by the time it was sent (a cancel sent after the run's end
+// counts in the last window): count, p99 and max per window, the p99 of
+// the whole run ("steady p99") and the worst window's ratio to it; and the
+// slowest request (ms, node, kind, outcome).
+//
+// With --json the same as one object: the keys of the text's rows (url:
+// the nodes' API URLs, ", " between them), plus
+//   nodes[]: {api, admin (null without), payments, cancels,
+//             turned_not_ready, ready_at_end}
+//   payment_statuses, cancel_statuses: {"200": n, "503": n, ...}
+//   payment_connection_errors, payment_client_timeouts,
+//   payment_other_errors, and the same with cancel_; connection_errors
+//   (both kinds)
+//   no_ready_waits, no_ready_gave_up, no_ready_longest_wait_ms
+//   window_s, windows[]: {index, start_s, count, p99_ms, max_ms} (the
+//   last two null when count is 0), steady_p99_ms, window_p99_max_ms,
+//   window_p99_ratio (null without requests)
+//   slowest: {ms, node ("" when no node was ready), kind ("payment" or
+//            "cancel"), outcome ("200", "connection error", "timeout",
+//            "no ready node", ...)}, null without requests.
+
 // Order ids are --id-prefix-N (default o-SEED-N); the service makes the
 // payment id pay-ORDER. Load generators that share a service or a gateway
 // need prefixes (or seeds) of their own.
@@ -36,8 +75,10 @@
 // gateway that could not be asked about refunds); 2 for bad flags.
 //
 // The parts: loadgen.hpp (the options and LoadGen), loadgen_driver.cpp
-// (sending and counting), loadgen_report.cpp (the gateway check and the
-// summary). This file reads the command line and wires them together.
+// (sending and counting), loadgen_balance.hpp (the nodes, their /ready
+// poller, the round robin and the latency windows), loadgen_report.cpp
+// (the gateway check and the summary). This file reads the command line
+// and wires them together.
 
 #include <signal.h>
 #include <unistd.h>
@@ -74,6 +115,30 @@ std::optional<troupe::http::Url> parse_root_url(const std::string& url, std::str
   return std::move(*parsed);
 }
 
+// "API_URL,ADMIN_URL" of --node; nullopt with `why` otherwise.
+std::optional<NodeAddress> parse_node(const std::string& spec, std::string& why) {
+  const auto comma = spec.find(',');
+  if (comma == std::string::npos) {
+    why = "expected API_URL,ADMIN_URL (e.g. http://127.0.0.1:8080,http://127.0.0.1:8081)";
+    return std::nullopt;
+  }
+  NodeAddress a{spec.substr(0, comma), spec.substr(comma + 1)};
+  if (a.api.empty() || a.admin.empty() || a.admin.find(',') != std::string::npos) {
+    why = "expected API_URL,ADMIN_URL: two URLs, one comma";
+    return std::nullopt;
+  }
+  std::string sub;
+  if (!parse_root_url(a.api, sub)) {
+    why = "API URL '" + a.api + "': " + sub;
+    return std::nullopt;
+  }
+  if (!parse_root_url(a.admin, sub)) {
+    why = "admin URL '" + a.admin + "': " + sub;
+    return std::nullopt;
+  }
+  return a;
+}
+
 }  // namespace
 
 }  // namespace payment_loadgen
@@ -83,7 +148,23 @@ int main(int argc, char** argv) {
   Options o;
   bool duration_given = false;
   CLI::App app{"Load generator for the troupe payment service's HTTP API."};
-  app.add_option("--url", o.url, "Base URL of the payment service")->capture_default_str();
+  app.footer(
+      "With several --node, payments and cancels go round robin over the nodes whose ADMIN_URL/ready "
+      "last answered 200; while none is ready a request waits (within --timeout-s). The summary adds "
+      "answers by HTTP status, connection errors, requests per node, p99 and max per --window-s window "
+      "and the slowest request (loadgen_main.cpp lists the --json keys).\n"
+      "Exit status: 0 when some payment completed, 1 when none did, 2 for bad flags.");
+  std::vector<std::string> node_specs;
+  auto* url = app.add_option("--url", o.url, "Base URL of the payment service (one node, always ready)")
+                  ->capture_default_str();
+  app.add_option("--node", node_specs,
+                 "A node as API_URL,ADMIN_URL; repeat for several. Requests go round robin over the nodes "
+                 "whose ADMIN_URL/ready last answered 200 (polled every 100 ms); not with --url")
+      ->allow_extra_args(false)
+      ->excludes(url);
+  app.add_option("--window-s", o.window_s, "Seconds per latency window (p99 and max of each)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   auto* duration = app.add_option("--duration-s", o.duration_s, "Seconds to send for, after the warm-up")
                        ->check(CLI::PositiveNumber)
                        ->capture_default_str();
@@ -96,7 +177,7 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", o.concurrency, "Requests in flight at most")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
-  app.add_option("--connections", o.connections, "HTTP connections (default: --concurrency)")
+  app.add_option("--connections", o.connections, "HTTP connections to each node (default: --concurrency)")
       ->check(CLI::Range(1, 100000));
   app.add_option("--customers", o.customers, "Customer ids drawn uniformly from this many")
       ->check(CLI::PositiveNumber)
@@ -154,10 +235,23 @@ int main(int argc, char** argv) {
   if (o.connections == 0) o.connections = o.concurrency;
   if (o.id_prefix.empty()) o.id_prefix = "o-" + std::to_string(o.seed);
   std::string why;
-  const auto target = parse_root_url(o.url, why);
-  if (!target) {
-    std::fprintf(stderr, "payment_loadgen: bad --url '%s': %s\n", o.url.c_str(), why.c_str());
-    return 2;
+  if (node_specs.empty()) {
+    if (!parse_root_url(o.url, why)) {
+      std::fprintf(stderr, "payment_loadgen: bad --url '%s': %s\n", o.url.c_str(), why.c_str());
+      return 2;
+    }
+    o.nodes.push_back(NodeAddress{o.url, ""});
+  } else {
+    o.url.clear();
+    for (const auto& spec : node_specs) {
+      const auto node = parse_node(spec, why);
+      if (!node) {
+        std::fprintf(stderr, "payment_loadgen: bad --node '%s': %s\n", spec.c_str(), why.c_str());
+        return 2;
+      }
+      o.nodes.push_back(*node);
+      o.url += (o.url.empty() ? "" : ", ") + node->api;
+    }
   }
   std::optional<troupe::http::Url> gateway_target;
   if (!o.gateway.empty()) {
@@ -169,16 +263,13 @@ int main(int argc, char** argv) {
   }
 
   ClientSettings cs;
-  cs.host = target->host;
-  cs.port = target->port;
   cs.max_connections = o.connections;
   cs.max_queued = o.concurrency * 2 + 16;  // refunds ride on top of the payments in flight
   cs.request_timeout =
       std::chrono::duration_cast<troupe::Duration>(std::chrono::duration<double>(o.timeout_s));
-  auto client = Client::create(cs);
-  if (!client.ok()) {
-    std::fprintf(stderr, "payment_loadgen: cannot reach %s: %s\n", o.url.c_str(),
-                 client.error().message().c_str());
+  auto nodes = NodePool::create(o.nodes, cs);
+  if (!nodes.ok()) {
+    std::fprintf(stderr, "payment_loadgen: cannot reach %s\n", nodes.error().message().c_str());
     return 1;
   }
   // The gateway is asked at the start too, so that a run that cannot
@@ -203,7 +294,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  LoadGen gen(o, std::move(client).value(), std::move(gateway));
+  LoadGen gen(o, std::move(nodes).value(), std::move(gateway));
   if (auto reachable = gen.probe(); !reachable.ok()) {
     std::fprintf(stderr, "payment_loadgen: cannot reach %s: %s\n", o.url.c_str(),
                  reachable.error().to_string().c_str());

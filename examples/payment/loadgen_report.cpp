@@ -1,7 +1,9 @@
 // payment_loadgen's report: the refunds looked up at the gateway after the
-// run, and the summary with its latency histogram. See loadgen.hpp.
+// run, and the summary with its latency histogram, the answers by status,
+// the nodes and the latency windows. See loadgen.hpp.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <unordered_set>
@@ -23,6 +25,156 @@ json get_json(Client& c, const char* target, std::string& why) {
     return json(json::value_t::discarded);
   }
   return j;
+}
+
+void Answers::count(const Result<Response>& r, bool never_sent) {
+  if (r.ok()) {
+    const int s = r->status;
+    by_status[s >= 100 && s < 600 ? static_cast<std::size_t>(s) : 0].fetch_add(1, std::memory_order_relaxed);
+  } else if (r.error().code() == ErrorCode::timeout) {
+    timeouts.fetch_add(1, std::memory_order_relaxed);
+    if (never_sent) no_ready_node.fetch_add(1, std::memory_order_relaxed);
+  } else if (r.error().code() == ErrorCode::unreachable) {
+    connection_errors.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    other_errors.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+json Answers::statuses() const {
+  json j = json::object();
+  for (std::size_t s = 0; s < by_status.size(); ++s)
+    if (const auto n = by_status[s].load(std::memory_order_relaxed))
+      j[s == 0 ? std::string("other") : std::to_string(s)] = n;
+  return j;
+}
+
+std::string outcome_name(const Result<Response>& r, bool never_sent) {
+  if (r.ok()) return std::to_string(r->status);
+  if (never_sent) return "no ready node";
+  if (r.error().code() == ErrorCode::timeout) return "timeout";
+  if (r.error().code() == ErrorCode::unreachable) return "connection error";
+  return std::string(troupe::to_string(r.error().code()));
+}
+
+std::size_t LoadGen::measured_windows() const {
+  const double measured = std::chrono::duration<double>(end_ - std::max(measure_from_, start_)).count();
+  return measured > 0 ? static_cast<std::size_t>(std::ceil(measured / o_.window_s - 1e-9)) : 0;
+}
+
+json LoadGen::balance_json() const {
+  const ReadyRoundRobin& rr = nodes_->balance();
+  json nodes = json::array();
+  for (std::size_t i = 0; i < nodes_->size(); ++i) {
+    const NodePool::Node& n = nodes_->node(i);
+    nodes.push_back({{"api", n.address.api},
+                     {"admin", n.address.admin.empty() ? json(nullptr) : json(n.address.admin)},
+                     {"payments", n.payments.load()},
+                     {"cancels", n.cancels.load()},
+                     {"turned_not_ready", rr.turned_not_ready(i)},
+                     {"ready_at_end", rr.ready(i)}});
+  }
+  const auto& pa = payment_answers_;
+  const auto& ca = cancel_answers_;
+  json windows = json::array();
+  std::uint64_t worst = 0;
+  for (const auto& w : windows_.windows(measured_windows())) {
+    windows.push_back({{"index", w.index},
+                       {"start_s", static_cast<double>(w.index) * o_.window_s},
+                       {"count", w.count},
+                       {"p99_ms", w.count ? json(ms(w.p99_us)) : json(nullptr)},
+                       {"max_ms", w.count ? json(ms(w.max_us)) : json(nullptr)}});
+    worst = std::max(worst, w.p99_us);
+  }
+  const std::uint64_t steady = windows_.p99_all();
+  Slowest slowest;
+  {
+    std::lock_guard lk(slowest_mu_);
+    slowest = slowest_;
+  }
+  return {{"nodes", nodes},
+          {"payment_statuses", pa.statuses()},
+          {"payment_connection_errors", pa.connection_errors.load()},
+          {"payment_client_timeouts", pa.timeouts.load()},
+          {"payment_other_errors", pa.other_errors.load()},
+          {"cancel_statuses", ca.statuses()},
+          {"cancel_connection_errors", ca.connection_errors.load()},
+          {"cancel_client_timeouts", ca.timeouts.load()},
+          {"cancel_other_errors", ca.other_errors.load()},
+          {"connection_errors", pa.connection_errors.load() + ca.connection_errors.load()},
+          {"no_ready_waits", rr.waits()},
+          {"no_ready_gave_up", rr.gave_up()},
+          {"no_ready_longest_wait_ms", std::chrono::duration<double, std::milli>(rr.longest_wait()).count()},
+          {"window_s", o_.window_s},
+          {"windows", windows},
+          {"steady_p99_ms", ms(steady)},
+          {"window_p99_max_ms", ms(worst)},
+          {"window_p99_ratio",
+           steady ? json(static_cast<double>(worst) / static_cast<double>(steady)) : json(nullptr)},
+          {"slowest", slowest.micros == 0 && slowest.kind.empty() ? json(nullptr)
+                                                                  : json{{"ms", ms(slowest.micros)},
+                                                                         {"node", slowest.node},
+                                                                         {"kind", slowest.kind},
+                                                                         {"outcome", slowest.outcome}}}};
+}
+
+void LoadGen::print_balance() const {
+  const json b = balance_json();
+  auto counts = [](const json& statuses) {
+    std::string out;
+    for (const auto& [status, n] : statuses.items())
+      out += (out.empty() ? "" : "  ") + status + ": " + std::to_string(n.get<std::uint64_t>());
+    return out.empty() ? std::string("none") : out;
+  };
+  std::printf("answers by HTTP status\n");
+  std::printf("  payments   %s\n", counts(b["payment_statuses"]).c_str());
+  std::printf("  cancels    %s\n", counts(b["cancel_statuses"]).c_str());
+  std::printf("requests with no answer\n");
+  for (const char* kind : {"payment", "cancel"}) {
+    const std::string k = kind;
+    std::printf("  %-9s  connection errors %llu   client timeouts %llu   other errors %llu\n",
+                (k + "s").c_str(),
+                static_cast<unsigned long long>(b[k + "_connection_errors"].get<std::uint64_t>()),
+                static_cast<unsigned long long>(b[k + "_client_timeouts"].get<std::uint64_t>()),
+                static_cast<unsigned long long>(b[k + "_other_errors"].get<std::uint64_t>()));
+  }
+  std::printf("nodes (round robin over those whose /ready answers 200)\n");
+  for (const auto& n : b["nodes"]) {
+    std::printf("  %-28s admin %-28s payments %8llu  cancels %6llu  turned not ready %llu%s\n",
+                n["api"].get<std::string>().c_str(),
+                n["admin"].is_null() ? "(none)" : n["admin"].get<std::string>().c_str(),
+                static_cast<unsigned long long>(n["payments"].get<std::uint64_t>()),
+                static_cast<unsigned long long>(n["cancels"].get<std::uint64_t>()),
+                static_cast<unsigned long long>(n["turned_not_ready"].get<std::uint64_t>()),
+                n["ready_at_end"].get<bool>() ? "" : "  (not ready at the end)");
+  }
+  std::printf("  waited for a ready node: %llu requests, longest %.1f ms; %llu gave up\n",
+              static_cast<unsigned long long>(b["no_ready_waits"].get<std::uint64_t>()),
+              b["no_ready_longest_wait_ms"].get<double>(),
+              static_cast<unsigned long long>(b["no_ready_gave_up"].get<std::uint64_t>()));
+  std::printf("latency of every request by %g s window of its sending (payments and cancels, any outcome)\n",
+              o_.window_s);
+  std::printf("  %6s %9s %9s %10s %10s\n", "window", "from s", "count", "p99 ms", "max ms");
+  for (const auto& w : b["windows"]) {
+    const auto index = w["index"].get<std::size_t>();
+    const double from = w["start_s"].get<double>();
+    if (w["count"].get<std::uint64_t>() == 0) {
+      std::printf("  %6zu %9.1f %9d %10s %10s\n", index, from, 0, "-", "-");
+      continue;
+    }
+    std::printf("  %6zu %9.1f %9llu %10.2f %10.2f\n", index, from,
+                static_cast<unsigned long long>(w["count"].get<std::uint64_t>()), w["p99_ms"].get<double>(),
+                w["max_ms"].get<double>());
+  }
+  std::printf("  steady p99 (the whole run) %.2f ms; the worst window's p99 %.2f ms",
+              b["steady_p99_ms"].get<double>(), b["window_p99_max_ms"].get<double>());
+  if (!b["window_p99_ratio"].is_null()) std::printf(" (%.2fx)", b["window_p99_ratio"].get<double>());
+  std::printf("\n");
+  if (const json& s = b["slowest"]; !s.is_null())
+    std::printf("  slowest request: %.2f ms, %s to %s, %s\n", s["ms"].get<double>(),
+                s["kind"].get<std::string>().c_str(),
+                s["node"].get<std::string>().empty() ? "no node" : s["node"].get<std::string>().c_str(),
+                s["outcome"].get<std::string>().c_str());
 }
 
 void LoadGen::check_gateway() {
@@ -140,6 +292,7 @@ int LoadGen::report() const {
                 {"p99_9", ms(h.percentile(99.9))},
                 {"max", ms(h.max())},
                 {"mean", h.mean() / 1000.0}}}};
+    j.update(balance_json());
     std::printf("%s\n", j.dump().c_str());
   } else {
     const std::uint64_t sent = v(t_.sent);
@@ -149,7 +302,10 @@ int LoadGen::report() const {
     auto row = [&](const char* name, std::uint64_t n) {
       std::printf("  %-24s %10llu  %5.1f%%\n", name, static_cast<unsigned long long>(n), pct(n));
     };
-    std::printf("payment_loadgen: %s, %.1f s measured", o_.url.c_str(), measured);
+    if (nodes_->size() == 1)
+      std::printf("payment_loadgen: %s, %.1f s measured", o_.url.c_str(), measured);
+    else
+      std::printf("payment_loadgen: %zu nodes, %.1f s measured", nodes_->size(), measured);
     if (o_.warmup_s > 0) std::printf(" after %.1f s warm-up", o_.warmup_s);
     if (o_.rate > 0)
       std::printf(", open loop at %.0f/s (at most %zu in flight)\n", o_.rate, o_.concurrency);
@@ -184,6 +340,7 @@ int LoadGen::report() const {
                 ms(h.percentile(50)), ms(h.percentile(90)), ms(h.percentile(99)), ms(h.percentile(99.9)),
                 ms(h.max()), h.mean() / 1000.0);
     print_histogram(h);
+    print_balance();
   }
   return v(t_.completed) > 0 ? 0 : 1;
 }
