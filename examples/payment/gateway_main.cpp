@@ -23,7 +23,9 @@
 // which payments were paid back and how often. /stats has `refunds` (200
 // answers), `refunds_distinct` (payment ids refunded at least once) and
 // `refunded_twice` (ids refunded more than once), so a client can compare
-// what it asked for with what the gateway did.
+// what it asked for with what the gateway did. Approved settlements are
+// counted the same way: `settled_distinct` and `settled_twice` (payments
+// whose settlement was approved more than once).
 //
 // The latency never blocks an io thread: each answer waits on an Asio
 // steady_timer of the gateway's own timer thread, which then responds
@@ -127,6 +129,8 @@ class Gateway {
     j["refunds"] = v(c_.refunds);
     j["refunds_distinct"] = refunded_.size();
     j["refunded_twice"] = refunded_twice_;
+    j["settled_distinct"] = settled_.size();
+    j["settled_twice"] = settled_twice_;
     return j;
   }
 
@@ -162,7 +166,8 @@ class Gateway {
   }
 
   void settle(Request& req, Responder out) {
-    if (!parse(req, out, true)) return;
+    const auto body = parse(req, out, true);
+    if (!body) return;
     c_.requests.fetch_add(1, std::memory_order_relaxed);
     const auto [fate, delay, declined, code] = draw("AUTH-");
     if (fate == Fate::hang) return hold(std::move(out));
@@ -172,7 +177,7 @@ class Gateway {
                    Response::json(200, R"({"approved":false,"code":"declined by issuer"})"), &c_.declined);
     }
     later(std::move(out), delay, Response::json(200, json{{"approved", true}, {"code", code}}.dump()),
-          &c_.approved);
+          &c_.approved, body->at("payment_id").get<std::string>(), Book::settled);
   }
 
   void refund(Request& req, Responder out) {
@@ -186,7 +191,7 @@ class Gateway {
     if (fate == Fate::hang) return hold(std::move(out));
     if (fate == Fate::fail) return later(std::move(out), delay, gateway_error(), &c_.errors);
     later(std::move(out), delay, Response::json(200, json{{"refunded", true}, {"code", code}}.dump()),
-          &c_.refunds, body->at("payment_id").get<std::string>());
+          &c_.refunds, body->at("payment_id").get<std::string>(), Book::refunded);
   }
 
   static Response gateway_error() {
@@ -230,14 +235,17 @@ class Gateway {
 
   // Answers after `delay`, from the timer thread; counted in `counter` when
   // answered, and, for a refund (`refunded`: its payment id), per payment.
+  // What an answer is, for the per-payment books.
+  enum class Book { none, settled, refunded };
+
   void later(Responder out, std::chrono::microseconds delay, Response r, std::atomic<std::uint64_t>* counter,
-             std::string refunded = {}) {
-    auto answer = [this, out = std::move(out), r = std::move(r), counter,
-                   refunded = std::move(refunded)]() mutable {
-      if (refunded.empty())
+             std::string payment_id = {}, Book book = Book::none) {
+    auto answer = [this, out = std::move(out), r = std::move(r), counter, payment_id = std::move(payment_id),
+                   book]() mutable {
+      if (book == Book::none)
         counter->fetch_add(1, std::memory_order_relaxed);
       else
-        count_refund(refunded, *counter);
+        count_for(payment_id, *counter, book);
       out.respond(std::move(r));
     };
     if (delay.count() == 0) return answer();
@@ -249,10 +257,14 @@ class Gateway {
     });
   }
 
-  void count_refund(const std::string& payment_id, std::atomic<std::uint64_t>& total) {
+  void count_for(const std::string& payment_id, std::atomic<std::uint64_t>& total, Book book) {
     std::lock_guard lk(refunds_mu_);
     total.fetch_add(1, std::memory_order_relaxed);
-    if (++refunded_[payment_id] == 2) ++refunded_twice_;
+    if (book == Book::refunded) {
+      if (++refunded_[payment_id] == 2) ++refunded_twice_;
+    } else if (++settled_[payment_id] == 2) {
+      ++settled_twice_;
+    }
   }
 
   const Options o_;
@@ -265,7 +277,9 @@ class Gateway {
   // Successful refunds per payment id, and how many ids have more than one.
   mutable std::mutex refunds_mu_;
   std::unordered_map<std::string, std::uint64_t> refunded_;
+  std::unordered_map<std::string, std::uint64_t> settled_;  // approved settlements per payment
   std::uint64_t refunded_twice_ = 0;
+  std::uint64_t settled_twice_ = 0;
   asio::io_context timer_io_{1};
   asio::executor_work_guard<asio::io_context::executor_type> timer_work_;
   std::thread timer_thread_;
