@@ -662,4 +662,24 @@ TEST(TroupectlViews, RebalanceListsOneRowPerMovedShardOrSaysNothingMoved) {
             "nothing moved: the shards are already balanced\n");
 }
 
+TEST(TroupectlViews, ARebalanceThatWaitsOnMixedVersionsSaysSoInsteadOfBalanced) {
+  const std::string why =
+      "the live members run app versions 1.9.0 and 1.10.0; rebalancing waits until one version remains";
+  json waiting = {{"outcome", "versions_mixed"},
+                  {"versions", {"1.9.0", "1.10.0"}},
+                  {"message", "nothing moved: " + why},
+                  {"moves", 0},
+                  {"moved", json::array()}};
+  EXPECT_EQ(ctl::detail::render_rebalance(waiting), "nothing moved: " + why + "\n");
+  // Moves made before the versions were found mixed are listed first.
+  waiting["message"] = "the rest did not move: " + why;
+  waiting["moves"] = 1;
+  waiting["moved"] = {{{"type", "account"}, {"shard", 4}, {"from", "n1"}, {"to", "n2"}, {"epoch", 5}}};
+  const std::string table =
+      "moved 1 shard\n"
+      "TYPE      SHARD   FROM   TO   EPOCH\n"
+      "account   4       n1     n2   5\n";
+  EXPECT_EQ(ctl::detail::render_rebalance(waiting), table + "the rest did not move: " + why + "\n");
+}
+
 }  // namespace

@@ -291,12 +291,16 @@ std::string render_workers(const json& c) {
 
 std::string render_rebalance(const json& r) {
   const json& moved = array_field(r, "moved");
-  if (moved.empty()) return "nothing moved: the shards are already balanced\n";
+  // Waiting for a rolling update to finish: the node says why and which
+  // versions are live.
+  std::string waits;
+  if (cell(r, "outcome") == "versions_mixed") waits = cell(r, "message") + "\n";
+  if (moved.empty()) return waits.empty() ? "nothing moved: the shards are already balanced\n" : waits;
   std::vector<std::vector<std::string>> rows;
   for (const auto& m : moved)
     rows.push_back({cell(m, "type"), cell(m, "shard"), cell(m, "from"), cell(m, "to"), cell(m, "epoch")});
   std::string out = "moved " + std::to_string(moved.size()) + (moved.size() == 1 ? " shard\n" : " shards\n");
-  return out + format_table({"TYPE", "SHARD", "FROM", "TO", "EPOCH"}, rows);
+  return out + format_table({"TYPE", "SHARD", "FROM", "TO", "EPOCH"}, rows) + waits;
 }
 
 std::string render_entity(const json& e) {

@@ -109,16 +109,29 @@ http::Router Node::Impl::routes() {
     bool taken = rebalancer.try_run([c, names, shared] {
       json moves = json::array();
       for (const auto& type : names) {
-        auto f = c->coordinator().rebalance_all(cluster::detail::shard_group(type));
+        auto f = c->coordinator().rebalance(cluster::detail::shard_group(type));
         auto done = f.get();
         if (!done.ok()) {
           shared->respond(http::Response::error(503, std::string(to_string(done.error().code())), done.error().message()));
           return;
         }
-        for (const auto& m : *done)
+        for (const auto& m : done->moves)
           moves.push_back({{"type", type}, {"shard", m.unit}, {"from", m.from}, {"to", m.to}, {"epoch", m.epoch}});
+        // Mixed versions hold for every type alike: the others would wait too.
+        if (done->outcome == cluster::RebalanceOutcome::versions_mixed) {
+          shared->respond(json_response(
+              200, {{"outcome", to_string(done->outcome)},
+                    {"versions", done->live_versions},
+                    {"message", (moves.empty() ? "nothing moved: " : "the rest did not move: ") +
+                                    done->waiting_reason() + "; rebalancing waits until one version remains"},
+                    {"moves", moves.size()},
+                    {"moved", moves}}));
+          return;
+        }
       }
-      shared->respond(json_response(200, {{"moves", moves.size()}, {"moved", moves}}));
+      shared->respond(json_response(200, {{"outcome", to_string(cluster::RebalanceOutcome::rebalanced)},
+                                          {"moves", moves.size()},
+                                          {"moved", moves}}));
     });
     if (!taken)
       shared->respond(http::Response::error(

@@ -568,23 +568,27 @@ std::pair<int, json> admin_call(std::uint16_t port, std::string method, std::str
   return {resp->status, json::parse(resp->body, nullptr, false)};
 }
 
+// A node of the cluster serving the tally type, marked ready: the node and
+// the type's handle.
+auto start_tally_node(NodeConfig config) {
+  auto n = Node::start(std::move(config));
+  EXPECT_TRUE(n.ok()) << n.error().to_string();
+  troupe::node::EntityTypeOptions<Tally> opts;
+  opts.type = "tally";
+  opts.events = tally_codecs();
+  opts.commands = tally_commands();
+  auto t = (*n)->serve_entities<Tally>(std::move(opts));
+  EXPECT_TRUE(t.ok()) << t.error().to_string();
+  (*n)->mark_ready();
+  return std::pair{std::move(*n), std::move(*t)};
+}
+
 // Two nodes over a real redis-server: the admin API of either shows the
 // cluster, the other member's load, a rebalance that moves shards, and a
 // drain that hands its shards over.
 TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
   ClusterScratch scratch("troupe-node-cluster");
-  auto start = [&](const std::string& id) {
-    auto n = Node::start(scratch.config(id));
-    EXPECT_TRUE(n.ok()) << n.error().to_string();
-    troupe::node::EntityTypeOptions<Tally> opts;
-    opts.type = "tally";
-    opts.events = tally_codecs();
-    opts.commands = tally_commands();
-    auto t = (*n)->serve_entities<Tally>(std::move(opts));
-    EXPECT_TRUE(t.ok()) << t.error().to_string();
-    (*n)->mark_ready();
-    return std::pair{std::move(*n), std::move(*t)};
-  };
+  auto start = [&](const std::string& id) { return start_tally_node(scratch.config(id)); };
   auto [n1, t1] = start("a1");
   auto get = admin_call;
   // Alone, a1 holds every shard once something asks for them.
@@ -630,6 +634,47 @@ TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
     ASSERT_TRUE(v.ok()) << v.error().to_string();
     EXPECT_EQ(*v, 1);
   }
+  n2.reset();
+  n1.reset();
+}
+
+// During a rolling update (two app versions live) POST /rebalance moves
+// nothing and says why, naming the versions; the shards stay where they are.
+TEST(NodeCluster, RebalanceWhileTwoAppVersionsAreLiveAnswersThatItWaits) {
+  ClusterScratch scratch("troupe-node-rebalance-versions");
+  auto start = [&](const std::string& id, const std::string& version) {
+    auto config = scratch.config(id);
+    config.app_version = version;
+    return start_tally_node(std::move(config));
+  };
+  auto [n1, t1] = start("v1", "1.9.0");
+  for (int i = 0; i < 40; ++i)
+    ASSERT_TRUE(t1.ask<std::int64_t>(
+                      "k" + std::to_string(i),
+                      [](troupe::ReplyTo<std::int64_t> r) {
+                        return Add{1, std::move(r)};
+                      },
+                      10s)
+                    .get()
+                    .ok());
+  auto [n2, t2] = start("v2", "1.10.0");
+  auto [status, answer] = admin_call(n2->admin_port(), "POST", "/rebalance");
+  EXPECT_EQ(status, 200) << answer.dump();
+  EXPECT_EQ(answer["outcome"], "versions_mixed") << answer.dump();
+  EXPECT_EQ(answer["versions"], json({"1.9.0", "1.10.0"})) << answer.dump();
+  EXPECT_EQ(answer["moves"], 0) << answer.dump();
+  EXPECT_EQ(answer["message"],
+            "nothing moved: the live members run app versions 1.9.0 and 1.10.0; rebalancing waits until one "
+            "version remains");
+  // Every shard is still v1's (the map the node shows is refreshed in the
+  // background: wait until it has all 16).
+  json o;
+  for (int i = 0; i < 100 && o["shards"].size() != 16u; ++i) {
+    o = admin_call(n2->admin_port(), "GET", "/cluster").second;
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(o["shards"].size(), 16u) << o.dump();
+  for (const auto& s : o["shards"]) EXPECT_EQ(s["owner"], "v1") << s.dump();
   n2.reset();
   n1.reset();
 }

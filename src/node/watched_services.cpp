@@ -102,11 +102,19 @@ Result<JobService> Node::start_jobs(JobSettings settings, JobTranslator translat
       std::lock_guard lk(impl_->mu);
       impl_->job_queues.push_back(type);
     }
-    auto moved = cluster_->coordinator().rebalance_all(cluster::detail::shard_group(type));
-    std::move(moved).then([id = config_.id, type](Result<std::vector<cluster::Move>> r) {
+    // While a rolling update runs two app versions it waits (the new
+    // members get what is placed or handed off meanwhile); the node that
+    // joins last, when one version remains, balances them.
+    auto moved = cluster_->coordinator().rebalance(cluster::detail::shard_group(type));
+    std::move(moved).then([id = config_.id, type](Result<cluster::RebalanceReport> r) {
       if (!r.ok())
         std::fprintf(stderr, "troupe: node '%s': balancing the queue shards of '%s' failed: %s\n", id.c_str(),
                      type.c_str(), r.error().to_string().c_str());
+      else if (r->outcome == cluster::RebalanceOutcome::versions_mixed)
+        std::fprintf(stderr,
+                     "troupe: node '%s': the queue shards of '%s' stay where they are until one app version "
+                     "remains: %s\n",
+                     id.c_str(), type.c_str(), r->waiting_reason().c_str());
     });
   }
   watch_jobs(name, *started);

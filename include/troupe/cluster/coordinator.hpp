@@ -134,6 +134,24 @@ struct HandOffReport {
   Duration took{};
 };
 
+// What one rebalance did: a plain value.
+enum class RebalanceOutcome {
+  rebalanced,      // the group is balanced now; `moves` were needed (none: it was)
+  versions_mixed,  // the live members run more than one app version: nothing moved
+};
+std::string_view to_string(RebalanceOutcome o) noexcept;
+
+struct RebalanceReport {
+  RebalanceOutcome outcome = RebalanceOutcome::rebalanced;
+  std::vector<Move> moves;
+  // versions_mixed: the app versions the live members run, oldest first
+  // (the empty string stands for members that declared none).
+  std::vector<std::string> live_versions;
+  // versions_mixed: why nothing moved, naming the versions ("the live
+  // members run app versions 1.9.0 and 1.10.0"); otherwise empty.
+  std::string waiting_reason() const;
+};
+
 // What a node does with the units Redis gives it in one group. Called on
 // the coordinator thread, never twice at once, always in the order the
 // state changes: start, then any number of updates, then one stop, then
@@ -287,7 +305,13 @@ class Coordinator {
   // Removes the unit; false if it was not placed. Its owner stops it; a
   // later assignment still waits for that owner to release it.
   Future<bool> unassign(const std::string& group, const std::string& unit);
-  // W6: max - min <= 1 over live members with the fewest moves.
+  // W6: max - min <= 1 over live members with the fewest moves. While the
+  // live members run more than one app version (a rolling update) it waits:
+  // nothing moves and the outcome is versions_mixed, naming the versions;
+  // once one version remains it balances again. The coordinator logs at
+  // info when it starts waiting and when it resumes, once each.
+  Future<RebalanceReport> rebalance(const std::string& group);
+  // rebalance(group)'s moves alone (none while it waits on versions).
   Future<std::vector<Move>> rebalance_all(const std::string& group);
   // One unit's assignment; nullopt when it is not placed.
   Future<std::optional<Assignment>> assignment(const std::string& group, const std::string& unit);

@@ -125,6 +125,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   Future<Placement> assign(const std::string& group, const std::string& unit, const std::string& spec);
   Future<Placement> relocate(const std::string& group, const std::string& unit, bool force);
   Future<bool> unassign(const std::string& group, const std::string& unit);
+  Future<RebalanceReport> rebalance(const std::string& group);
   Future<std::vector<Move>> rebalance_all(const std::string& group);
   Future<std::optional<Assignment>> assignment(const std::string& group, const std::string& unit);
   Future<std::vector<Assignment>> owned_units(const std::string& group);
@@ -259,6 +260,10 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
                   Fn<void(Result<bool>)> k);
   void do_relocate(const std::string& group, const std::string& unit, bool force, Fn<void(Result<Placement>)> k);
 
+  // --- rebalance (rebalance.cpp) ---
+  void do_rebalance(const std::string& group, Fn<void(Result<RebalanceReport>)> k);
+  void note_rebalance(const RebalanceReport& report);
+
   // --- running what Redis places here (reconcile.cpp) ---
   void reconcile(const std::string& group);
   void reconcile_all();
@@ -327,6 +332,9 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   std::set<std::string> warned_entries_;
   bool link_warned_ = false;
   std::vector<Member> last_members_;
+  // The versions the last rebalance found mixed (empty: it ran), so waiting
+  // and resuming are logged once each, however often rebalance is called.
+  std::vector<std::string> rebalance_waits_on_;
 
   // --- cached views (view_mu_) ---
   mutable std::mutex view_mu_;

@@ -148,5 +148,93 @@ TEST_F(RedisCoordinatorTest, RebalanceMovesExactlyTheSurplusOverTargetsForRandom
   }
 }
 
+// How many of a node's log lines hold `needle`.
+std::size_t lines_with(TestNode& n, const std::string& needle) {
+  std::lock_guard lk(n.rec->mu);
+  return static_cast<std::size_t>(
+      std::count_if(n.rec->log.begin(), n.rec->log.end(),
+                    [&](const std::string& l) { return l.find(needle) != std::string::npos; }));
+}
+
+// A rolling update runs two versions side by side: what rebalance would
+// move onto an old member moves again when that member is updated, so it
+// waits until one version remains, and says which versions it waits on.
+TEST_F(RedisCoordinatorTest, WhileTwoAppVersionsAreLiveRebalanceMovesNothingUntilTheOldOneLeaves) {
+  auto versioned = [&](const std::string& id, const std::string& version) -> TestNode& {
+    auto s = settings(id);
+    s.app_version = version;
+    return start_node(make_node(std::move(s)));
+  };
+  auto& b = versioned("node-b", "1.10.0");
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(await(b->assign("workers", "w" + std::to_string(i), "")).ok());
+  auto& a = versioned("node-a", "1.9.0");
+  versioned("node-c", "1.10.0");
+  ASSERT_TRUE(wait_until([&] { return b->members().size() == 3; }));
+  auto c = client();
+  for (int round = 0; round < 2; ++round) {
+    auto r = await(b->rebalance("workers"));
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ(r->outcome, cluster::RebalanceOutcome::versions_mixed);
+    EXPECT_TRUE(r->moves.empty());
+    EXPECT_EQ(r->live_versions, (std::vector<std::string>{"1.9.0", "1.10.0"}));  // oldest first
+  }
+  auto plain = await(b->rebalance_all("workers"));
+  ASSERT_TRUE(plain.ok()) << plain.error().to_string();
+  EXPECT_TRUE(plain->empty());
+  EXPECT_EQ(count_of(*c, "workers", "node-b"), 6);
+  EXPECT_EQ(count_of(*c, "workers", "node-c"), 0);
+  // Three calls, one state: one line.
+  EXPECT_EQ(lines_with(b,
+                       "rebalancing waits until one app version remains: the live members run app versions "
+                       "1.9.0 and 1.10.0"),
+            1u);
+
+  // The old member leaves: one version remains and the units spread.
+  ASSERT_TRUE(await(a->stop()).ok());
+  ASSERT_TRUE(wait_until([&] { return b->members().size() == 2; }));
+  auto r = await(b->rebalance("workers"));
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->outcome, cluster::RebalanceOutcome::rebalanced);
+  EXPECT_TRUE(r->live_versions.empty());
+  ASSERT_EQ(r->moves.size(), 3u);
+  for (const auto& m : r->moves) EXPECT_EQ(m.to, "node-c");
+  EXPECT_EQ(count_of(*c, "workers", "node-b"), 3);
+  EXPECT_EQ(count_of(*c, "workers", "node-c"), 3);
+  EXPECT_EQ(lines_with(b, "rebalancing resumes"), 1u);
+  ASSERT_TRUE(await(b->rebalance("workers")).ok());
+  EXPECT_EQ(lines_with(b, "rebalancing resumes"), 1u);
+  EXPECT_EQ(lines_with(b, "rebalancing waits"), 1u);
+}
+
+// A member that declares no version is not of any declared one: next to a
+// member of version 2.0 the versions are mixed. Once it comes back as 2.0
+// rebalance spreads the units again.
+TEST_F(RedisCoordinatorTest, AMemberWithoutAVersionAndOneWithAVersionAreMixedForRebalance) {
+  auto s = settings("node-b");
+  s.app_version = "2.0";
+  auto& b = start_node(make_node(std::move(s)));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(await(b->assign("workers", "w" + std::to_string(i), "")).ok());
+  auto& d = add_node("node-d");
+  ASSERT_TRUE(wait_until([&] { return b->members().size() == 2; }));
+  auto r = await(b->rebalance("workers"));
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->outcome, cluster::RebalanceOutcome::versions_mixed);
+  EXPECT_EQ(r->live_versions, (std::vector<std::string>{"", "2.0"}));
+  EXPECT_TRUE(r->moves.empty());
+  EXPECT_EQ(lines_with(b, "app versions (none) and 2.0"), 1u);
+
+  ASSERT_TRUE(await(d->stop()).ok());
+  auto again = settings("node-d");
+  again.app_version = "2.0";
+  start_node(make_node(std::move(again)));
+  ASSERT_TRUE(wait_until([&] { return b->members().size() == 2; }));
+  auto moved = await(b->rebalance("workers"));
+  ASSERT_TRUE(moved.ok()) << moved.error().to_string();
+  EXPECT_EQ(moved->outcome, cluster::RebalanceOutcome::rebalanced);
+  EXPECT_EQ(moved->moves.size(), 2u);
+  auto c = client();
+  EXPECT_EQ(count_of(*c, "workers", "node-d"), 2);
+}
+
 }  // namespace
 }  // namespace troupe::test

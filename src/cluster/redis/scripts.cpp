@@ -452,6 +452,12 @@ return {'NOT_HANDED_OFF'}
 
 // ARGV: [2] group [3] notify
 //
+// While the live members run more than one app version (a rolling update,
+// or a member that declared none beside one that did) nothing moves: the
+// answer is VERSIONS_MIXED with the versions, oldest first. Placement
+// already sends new and handed-off units to the newest members, and moving
+// units onto members about to be replaced would move them twice.
+//
 // Targets: with n units on k live members, q = n / k and r = n % k; the r
 // members holding the most units keep q + 1, the others q. Only units above
 // a member's target move, so the number of moves is the total surplus,
@@ -465,6 +471,18 @@ if not T or not M then return {'NO_CONFIG'} end
 local group = ARGV[2]
 local ids = live_members(now, T)
 if #ids == 0 then return {'NO_ACCEPTABLE_WORKER'} end
+local versions, seen = {}, {}
+for _, id in ipairs(ids) do
+  local v = member_version(id)
+  if not seen[v] then
+    seen[v] = true
+    versions[#versions + 1] = v
+  end
+end
+if #versions > 1 then
+  table.sort(versions, function(x, y) return version_cmp(x, y) < 0 end)
+  return {'VERSIONS_MIXED', versions}
+end
 local rows, n = {}, 0
 for _, id in ipairs(ids) do
   local c = redis.call('SCARD', ukey(group, id))

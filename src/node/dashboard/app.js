@@ -125,7 +125,10 @@ $("rebalance-button").addEventListener("click", async () => {
   const at = fmtClock(Date.now()).slice(0, 8);
   if (r.ok) {
     setAttr(status, "data-state", "ok");
-    setText(status, `Rebalance (${at}): ${r.body !== null ? JSON.stringify(r.body) : r.text || "done"}`);
+    // A rebalance that waits (two app versions live) says why in words.
+    const waits = r.body !== null && r.body.outcome === "versions_mixed";
+    const what = waits ? r.body.message : r.body !== null ? JSON.stringify(r.body) : r.text || "done";
+    setText(status, `Rebalance (${at}): ${what}`);
   } else {
     setAttr(status, "data-state", "error");
     setText(status, `Rebalance failed (${at}): ${errorText(r)}`);
