@@ -158,6 +158,11 @@ TEST_F(RedisCoordinatorTest, APlannedHandOffMovesEveryUnitABatchAtATimeAndPlaces
     ASSERT_TRUE(placed.ok()) << placed.error().to_string();
     EXPECT_NE(placed->assignment.owner, "node-a");
   }
+  // Nor does a rebalance give it any, though it holds none.
+  auto moves = await(b->rebalance_all("workers"));
+  ASSERT_TRUE(moves.ok()) << moves.error().to_string();
+  for (const auto& m : *moves) EXPECT_NE(m.to, "node-a") << m.unit;
+  EXPECT_TRUE(a.rec->running_now().empty());
   // It leaves with nothing left to hand over; a later incarnation of the
   // node is placeable again.
   ASSERT_TRUE(await(a->stop()).ok());

@@ -483,6 +483,10 @@ if #versions > 1 then
   table.sort(versions, function(x, y) return version_cmp(x, y) < 0 end)
   return {'VERSIONS_MIXED', versions}
 end
+-- A draining member is neither given units nor relieved of them: its
+-- hand-off moves them.
+ids = placeable(ids)
+if #ids == 0 then return {'NO_ACCEPTABLE_WORKER'} end
 local rows, n = {}, 0
 for _, id in ipairs(ids) do
   local c = redis.call('SCARD', ukey(group, id))
