@@ -18,6 +18,7 @@
 #include <optional>
 #include <ostream>
 #include <thread>
+#include <utility>
 
 #include "json_fields.hpp"
 #include "node_api.hpp"
@@ -387,6 +388,26 @@ class NodeRestart {
     }
   }
 
+  // Whether every entity type has fewer shards placed than there are
+  // members, as the node's shard map (GET /cluster) shows; and the counts.
+  static std::pair<bool, std::string> too_few_placed(const NodeApi& node) {
+    auto doc = node.call("GET", "/cluster");
+    if (auto* f = std::get_if<Failure>(&doc))
+      return {false, "its shard map could not be read: " + f->message};
+    const json& c = std::get<json>(doc);
+    std::map<std::string, std::size_t> placed;
+    for (const auto& s : array_field(c, "shards")) ++placed[cell(s, "type")];
+    const std::size_t members = array_field(c, "members").size();
+    bool few = true;
+    std::string counts;
+    for (const auto& [type, n] : placed) {
+      few = few && n < members;
+      counts += (counts.empty() ? "" : ", ") + std::to_string(n) + " of " + type;
+    }
+    return {few,
+            (counts.empty() ? "no shards" : counts) + " placed over " + std::to_string(members) + " members"};
+  }
+
   // Until it hosts at least one shard, and at least the `given` the
   // rebalance moved to it (each is started here once its old owner has
   // handed it off), as the node itself counts them (shards_hosted).
@@ -408,19 +429,26 @@ class NodeRestart {
           say("owns " + std::to_string(hosted) + (hosted == 1 ? " shard " : " shards ") + after());
           return std::string();
         }
-        if (hosted == 0 && given == 0 && cell(*doc, "mode") == "cluster") {
-          // Nothing placed for it to take: too few shards placed yet for
-          // every member to hold one (placement is on first use).
-          say("owns no shards: the rebalance moved none to it (the shards placed are balanced without it)");
-          return std::string();
-        }
         last = "it hosts " + std::to_string(hosted);
+        if (hosted == 0 && given == 0 && cell(*doc, "mode") == "cluster") {
+          // A rebalance leaves a member without shards only where a type
+          // has fewer placed than there are members (placement is on first
+          // use): then there is nothing for it to own yet.
+          auto few = too_few_placed(node);
+          if (few.first) {
+            say("owns no shards: the rebalance moved none to it (" + few.second + ")");
+            return std::string();
+          }
+          last += ", though " + few.second;
+        }
       } else {
         last = std::get<Failure>(ov).message;
       }
       if (SteadyClock::now() >= deadline)
-        return fail("it does not host the shards it was given (" + std::to_string(want) + ") within " +
-                    seconds_text(r_.shards_timeout_s) + " (--shards-timeout): " + last);
+        return fail(
+            "it does not host " +
+            (given > 0 ? "the " + std::to_string(given) + " shards it was given" : std::string("any shard")) +
+            " within " + seconds_text(r_.shards_timeout_s) + " (--shards-timeout): " + last);
       pause();
     }
   }

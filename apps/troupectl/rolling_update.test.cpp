@@ -187,8 +187,9 @@ TEST_F(RollingUpdateTest, ACommandPastItsTimeIsKilledWithWhatItStarted) {
 // --- against members played by bare servers -------------------------------------------------
 
 // A cluster member: its "process" starts anew when the restart command
-// creates `flag`; it is down (503 on /ready, as while draining) for `down_for`
-// after that, hosts no shards until a rebalance, then `hosted_after`.
+// creates `flag`, and is ready 300 ms later; it hosts no shards until a
+// rebalance that moves `given` to it, then `hosted_after`. Its shard map
+// has `placed` shards.
 class FakeMember {
  public:
   FakeMember(std::string id, fs::path flag, int hosted_after) : id_(std::move(id)), flag_(std::move(flag)) {
@@ -213,10 +214,16 @@ class FakeMember {
                   {"entity_types", json::array({{{"type", "payment"}, {"shards_hosted", hosted_}}})}};
       out.respond(troupe::http::Response::json(200, doc.dump()));
     });
+    router.add("GET", "/cluster", [this](troupe::http::Request&, troupe::http::Responder out) {
+      std::lock_guard lk(mu_);
+      json shards = json::array();
+      for (int s = 0; s < placed; ++s) shards.push_back({{"type", "payment"}, {"shard", s}, {"owner", "x"}});
+      out.respond(troupe::http::Response::json(200, json{{"members", members}, {"shards", shards}}.dump()));
+    });
     router.add("POST", "/rebalance", [this](troupe::http::Request&, troupe::http::Responder out) {
       std::lock_guard lk(mu_);
       json moved = json::array();
-      for (int s = 0; s < 3; ++s)
+      for (int s = 0; s < given; ++s)
         moved.push_back({{"type", "payment"}, {"shard", s}, {"from", "x"}, {"to", id_}, {"epoch", 9}});
       moved.push_back({{"type", "jobs/refunds"}, {"shard", 0}, {"from", "x"}, {"to", id_}, {"epoch", 9}});
       moved.push_back({{"type", "payment"}, {"shard", 7}, {"from", id_}, {"to", "x"}, {"epoch", 9}});
@@ -228,6 +235,8 @@ class FakeMember {
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_ ? server_->port() : 0); }
   json members = json::array();  // set before use
+  int given = 3;
+  int placed = 16;
 
  private:
   // A new process takes 300 ms to be ready: long enough to be seen starting.
@@ -318,11 +327,32 @@ TEST(RollingUpdateWatch, ANodeThatDoesNotHostWhatItWasGivenStopsTheUpdateBeforeT
   EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_EQ(
       r.err,
-      "troupectl: rolling update stopped at f2 (2/3): it does not host the shards it was given (3) within "
+      "troupectl: rolling update stopped at f2 (2/3): it does not host the 3 shards it was given within "
       "0.5s (--shards-timeout): it hosts 1; not restarted: f3\n");
   EXPECT_TRUE(fs::exists(c.dir / "f1"));
   EXPECT_TRUE(fs::exists(c.dir / "f2"));
   EXPECT_FALSE(fs::exists(c.dir / "f3"));
+}
+
+TEST(RollingUpdateWatch, ANodeGivenNoShardsPassesOnlyWhereTooFewArePlacedForEveryMemberToHoldOne) {
+  FakeCluster few({0, 0});
+  few.nodes[1]->given = 0;
+  few.nodes[1]->placed = 1;
+  auto r = few.roll({"--nodes", "f2"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "\nf2 (1/1): rebalanced: 0 entity shards moved to it (jobs/refunds 1)\n"
+                       "f2 (1/1): owns no shards: the rebalance moved none to it (1 of payment placed over 2 "
+                       "members)\n"))
+      << r.out;
+
+  FakeCluster many({0, 0});
+  many.nodes[1]->given = 0;
+  auto stuck = many.roll({"--nodes", "f2", "--shards-timeout", "0.5"});
+  EXPECT_EQ(stuck.code, 1);
+  EXPECT_EQ(stuck.err,
+            "troupectl: rolling update stopped at f2 (1/1): it does not host any shard within 0.5s "
+            "(--shards-timeout): it hosts 0, though 16 of payment placed over 2 members\n");
 }
 
 TEST(RollingUpdateWatch, AMemberWithoutAKnownAdminUrlNeedsTheMap) {
