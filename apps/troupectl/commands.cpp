@@ -1,6 +1,7 @@
 // troupectl's commands: see commands.hpp and doc/troupectl.md. Here: the
-// --node URL, the requests to the node's admin API, each command, and the
-// command line. The tables they print are drawn in views.cpp.
+// --node URL, each command, and the command line. The requests go through
+// node_api.cpp, the tables are drawn in views.cpp, and rolling-update lives
+// in rolling_update.cpp.
 
 #include "commands.hpp"
 
@@ -16,6 +17,7 @@
 #include <variant>
 
 #include "json_fields.hpp"
+#include "node_api.hpp"
 #include "troupe/net/http.hpp"
 #include "troupe/net/url.hpp"
 
@@ -67,134 +69,17 @@ std::string compact_ranges(std::vector<std::int64_t> numbers) {
 
 }  // namespace detail
 
-// --- talking to the node ----------------------------------------------------------------
+// --- the commands -----------------------------------------------------------------------
 
 namespace {
 
-using detail::NodeUrl;
-
-// Why a command could not print its result: the exit code and the line
-// for stderr (without the "troupectl: " prefix).
-struct Failure {
-  int exit_code = exit_node_error;
-  std::string message;
-};
-template <class T>
-using Outcome = std::variant<T, Failure>;
-
-Failure usage(std::string message) { return {exit_unreachable_or_usage, std::move(message)}; }
-
-std::string text_of(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
-// "10s", "0.25s": the timeout as the user gave it.
-std::string seconds_text(double s) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%gs", s);
-  return buf;
-}
-
-// The transport's reason without its "cannot connect to host:port: " lead,
-// which the one-liner already says in its own words.
-std::string reason_of(const Error& e, const std::string& where) {
-  std::string m = e.message();
-  for (std::string_view lead : {"client: ", "cannot connect to ", "request to "}) {
-    if (m.rfind(lead, 0) == 0) {
-      m.erase(0, lead.size());
-      break;
-    }
-  }
-  if (auto at = m.find(where + ": "); at != std::string::npos) m.erase(0, at + where.size() + 2);
-  if (auto at = m.find(where + " failed: "); at != std::string::npos) m.erase(0, at + where.size() + 9);
-  // asio's messages are capitalised ("Connection refused"); the one-liner is not.
-  if (m.size() > 1 && m[0] >= 'A' && m[0] <= 'Z' && m[1] >= 'a' && m[1] <= 'z')
-    m[0] = static_cast<char>(m[0] - 'A' + 'a');
-  return m;
-}
-
-// One node's admin API, at one URL.
-class NodeApi {
- public:
-  NodeApi(std::string url, NodeUrl parsed, double timeout_s)
-      : url_(std::move(url)), parsed_(std::move(parsed)), timeout_s_(timeout_s) {}
-
-  static Outcome<NodeApi> at(std::string url, double timeout_s) {
-    while (url.size() > 1 && url.back() == '/') url.pop_back();
-    auto parsed = detail::parse_node_url(url);
-    if (!parsed.ok()) return usage(parsed.error().message());
-    return NodeApi(std::move(url), std::move(*parsed), timeout_s);
-  }
-
-  const std::string& url() const noexcept { return url_; }
-
-  // The JSON document of a 2xx answer.
-  Outcome<json> call(std::string method, const std::string& path) const {
-    auto timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout_s_));
-    http::ClientSettings cs;
-    cs.host = parsed_.host;
-    cs.port = parsed_.port;
-    cs.max_connections = 1;
-    cs.request_timeout = timeout;
-    cs.connect_timeout = std::min<Duration>(timeout, std::chrono::seconds(5));
-    const std::string where = http::authority(parsed_.host, parsed_.port);
-    auto client = http::Client::create(cs);
-    if (!client.ok()) return unreachable(reason_of(client.error(), where));
-    http::ClientRequest req;
-    req.method = std::move(method);
-    req.target = parsed_.prefix + path;
-    req.headers.emplace_back("Accept", "application/json");
-    auto resp = (*client)->request_sync(std::move(req));
-    if (!resp.ok()) {
-      if (resp.error().code() == ErrorCode::timeout)
-        return Failure{exit_unreachable_or_usage,
-                       "the node at " + url_ + " did not answer within " + seconds_text(timeout_s_)};
-      return unreachable(reason_of(resp.error(), where));
-    }
-    return decode(*resp);
-  }
-
- private:
-  Failure unreachable(const std::string& why) const {
-    return {exit_unreachable_or_usage, "cannot reach the node at " + url_ + " (" + why + ")"};
-  }
-
-  Outcome<json> decode(const http::Response& r) const {
-    json body = json::parse(r.body, nullptr, false);
-    if (r.status >= 200 && r.status < 300) {
-      if (body.is_discarded())
-        return Failure{exit_node_error, "the node at " + url_ + " answered HTTP " + std::to_string(r.status) +
-                                            " with a body that is not JSON" + content_type(r)};
-      return body;
-    }
-    const json& e = detail::field(body, "error");
-    if (e.is_object() && e.contains("message") && e.contains("code")) {
-      return Failure{exit_node_error, text_of(e["message"]) + " (" + text_of(e["code"]) + ", HTTP " +
-                                          std::to_string(r.status) + ")"};
-    }
-    // Not a troupe node's error document (a proxy, another server).
-    std::string excerpt = r.body.substr(0, 200);
-    std::replace(excerpt.begin(), excerpt.end(), '\n', ' ');
-    std::replace(excerpt.begin(), excerpt.end(), '\r', ' ');
-    return Failure{exit_node_error, "the node at " + url_ + " answered HTTP " + std::to_string(r.status) +
-                                        " " + std::string(http::reason_phrase(r.status)) +
-                                        (excerpt.empty() ? "" : ": " + excerpt)};
-  }
-
-  static std::string content_type(const http::Response& r) {
-    return r.content_type.empty() ? "" : " (" + r.content_type + ")";
-  }
-
-  std::string url_;
-  NodeUrl parsed_;
-  double timeout_s_;
-};
+using detail::Failure;
+using detail::join;
+using detail::NodeApi;
+using detail::Outcome;
+using detail::usage;
 
 std::string pretty(const json& j) { return j.dump(2) + '\n'; }
-
-std::string join(const std::vector<std::string>& parts) {
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
-  return out;
-}
 
 // Runs `call` and hands its document to `show`, or passes the failure on.
 template <class Show>
@@ -255,20 +140,6 @@ Outcome<std::string> entity(const Options& o, const NodeApi& api) {
   });
 }
 
-// The admin URL a member advertises, usable from here: a node listening on
-// every interface advertises 0.0.0.0 (or ::), which means "my own address",
-// so that is taken from the member's cluster address instead.
-std::string reachable_admin(const json& member) {
-  std::string admin = detail::cell(member, "admin");
-  auto parsed = detail::parse_node_url(admin);
-  if (!parsed.ok() || (parsed->host != "0.0.0.0" && parsed->host != "::")) return admin;
-  std::string address = detail::cell(member, "address");
-  auto colon = address.rfind(':');
-  if (address == "—" || colon == std::string::npos || colon == 0) return admin;
-  std::string host = address.substr(0, colon);  // "[::1]" stays bracketed, as a URL wants it
-  return "http://" + host + ":" + std::to_string(parsed->port) + parsed->prefix;
-}
-
 Outcome<std::string> drain(const Options& o, const NodeApi& api, double timeout_s) {
   std::optional<NodeApi> other;
   if (!o.drain_node.empty()) {
@@ -291,7 +162,7 @@ Outcome<std::string> drain(const Options& o, const NodeApi& api, double timeout_
       if (!detail::field(*member, "admin").is_string())
         return Failure{exit_node_error, detail::cell(ov, "node") + " does not know the admin URL of '" +
                                             o.drain_node + "': run troupectl --node <its admin URL> drain"};
-      auto at = NodeApi::at(reachable_admin(*member), timeout_s);
+      auto at = NodeApi::at(detail::reachable_admin(*member), timeout_s);
       if (auto* f = std::get_if<Failure>(&at)) return *f;
       other.emplace(std::move(std::get<NodeApi>(at)));
     }
@@ -340,6 +211,9 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
       case Command::entity:
         result = entity(o, node);
         break;
+      case Command::rolling_update:
+        result = detail::rolling_update(o, node, out);
+        break;
     }
   }
   if (auto* f = std::get_if<Failure>(&result)) {
@@ -349,6 +223,34 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
   out << std::get<std::string>(result);
   return exit_ok;
 }
+
+namespace {
+
+void add_rolling_update_options(CLI::App& sub, RollingUpdateOptions& r) {
+  sub.add_option(
+         "--restart", r.restart,
+         "the shell command that restarts one node: {node} is replaced by its id, {admin} by its admin URL")
+      ->required();
+  sub.add_option("--nodes", r.nodes, "the nodes to restart, in order [every member, the one at --node last]")
+      ->delimiter(',');
+  sub.add_option("--admin", r.admin, "NODE=URL: a node's admin URL [as the members view advertises it]")
+      ->delimiter(',');
+  sub.add_option("--exit-timeout", r.exit_timeout_s,
+                 "seconds the restart command may run (drain, exit, start)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub.add_option("--ready-timeout", r.ready_timeout_s,
+                 "seconds after the restart command until a new process answers /ready 200")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub.add_option("--shards-timeout", r.shards_timeout_s,
+                 "seconds after the rebalance until the node hosts the shards it was given")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub.add_flag("--dry-run", r.dry_run, "print the plan (order, admin URLs, commands) and restart nothing");
+}
+
+}  // namespace
 
 int run_command_line(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   Options o;
@@ -383,6 +285,8 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
       {"rebalance", "spread the shards evenly over the live members (cluster only)", Command::rebalance},
       {"drain", "make a node leave gracefully: stop taking work, hand over its shards, stop", Command::drain},
       {"entity", "one entity: its state and whether it is in a processing episode", Command::entity},
+      {"rolling-update", "restart every node in turn, each back, ready and hosting shards before the next",
+       Command::rolling_update},
   };
   for (const auto& s : subs) {
     auto* sub = app.add_subcommand(s.name, s.help);
@@ -391,6 +295,7 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
     if (c == Command::shards) sub->add_option("--type", o.type, "only this entity type");
     if (c == Command::drain)
       sub->add_option("NODE", o.drain_node, "the member to drain, by id (default: the node at --node)");
+    if (c == Command::rolling_update) add_rolling_update_options(*sub, o.roll);
     if (c == Command::entity) {
       sub->add_option("TYPE", o.type, "the entity type")->required();
       sub->add_option("ID", o.id, "the entity id")->required();
@@ -402,7 +307,7 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
     // CLI11 reports a misspelt command as "a subcommand is required"; name it.
     if (app.get_subcommands().empty() && !app.remaining().empty() && e.get_exit_code() != 0) {
       err << "troupectl: unknown command '" << app.remaining().front()
-          << "' (commands: status, members, shards, workers, rebalance, drain, entity)\n"
+          << "' (commands: status, members, shards, workers, rebalance, drain, entity, rolling-update)\n"
           << "Run with --help for more information.\n";
       return exit_unreachable_or_usage;
     }

@@ -10,8 +10,9 @@
 //   o.command = troupe::ctl::Command::members;
 //   int code = troupe::ctl::run(o, std::cout, std::cerr);   // 0, 1 or 2
 //
-// Every command makes one or two blocking HTTP requests and returns; there
-// is no state between calls. Thread safety: run() and run_command_line()
+// Every command but rolling-update makes one or two blocking HTTP requests
+// and returns; rolling-update runs a shell command per node and polls until
+// each is back (minutes). There is no state between calls. Thread safety: run() and run_command_line()
 // share nothing, so concurrent calls are fine (each makes its own client).
 
 #include <cstdint>
@@ -38,7 +39,27 @@ enum ExitCode : int {
   exit_unreachable_or_usage = 2,
 };
 
-enum class Command { status, members, shards, workers, rebalance, drain, entity };
+enum class Command { status, members, shards, workers, rebalance, drain, entity, rolling_update };
+
+// What `rolling-update` does (doc/troupectl.md): for each node in turn, run
+// the restart command, wait until a new process answers /ready 200,
+// rebalance, wait until it hosts the shards it was given. Plain value type.
+struct RollingUpdateOptions {
+  // The shell command (/bin/sh -c) that restarts one node, with {node}
+  // replaced by its id and {admin} by its admin URL; one of them is required.
+  std::string restart;
+  // The nodes in the order to restart them; empty: the members the node at
+  // --node lists, in its order, that node itself last.
+  std::vector<std::string> nodes;
+  // "NODE=URL": a node's admin URL, where the members view has none or a
+  // wrong one (behind NAT, a proxy).
+  std::vector<std::string> admin;
+  double exit_timeout_s = 120;   // how long the restart command may run
+  double ready_timeout_s = 60;   // after it: until a new process answers /ready 200
+  double shards_timeout_s = 60;  // after the rebalance: until it hosts what it was given
+  double poll_s = 0.2;           // between two looks at the node
+  bool dry_run = false;          // print the plan, restart nothing
+};
 
 // One invocation, as parsed from the command line. Plain value type.
 struct Options {
@@ -52,10 +73,12 @@ struct Options {
   std::string type;        // shards --type (empty: every type); entity TYPE
   std::string id;          // entity ID
   std::string drain_node;  // drain NODE; empty: the node at `node`
+  RollingUpdateOptions roll;
 };
 
 // Runs one command; returns an ExitCode. Results go to `out`; errors go to
-// `err` as one line starting "troupectl: ".
+// `err` as one line starting "troupectl: ". rolling-update writes its
+// progress lines to `out` as they happen, flushed.
 int run(const Options& options, std::ostream& out, std::ostream& err);
 
 // Parses argv (CLI11; --node also from the environment variable
@@ -98,6 +121,10 @@ std::string render_entity(const nlohmann::json& entity);
 // (only `type`, if not empty). render_shards prints it as a table.
 nlohmann::json summarize_shards(const nlohmann::json& cluster, const std::string& type);
 std::string render_shards(const nlohmann::json& summary);
+
+// A rolling update's restart command for one node: every {node} replaced by
+// `node`, every {admin} by `admin`; other braces (a shell's ${VAR}) kept.
+std::string restart_command(std::string_view pattern, const std::string& node, const std::string& admin);
 
 }  // namespace detail
 }  // namespace troupe::ctl

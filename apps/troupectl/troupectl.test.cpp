@@ -19,6 +19,7 @@
 
 #include "../../src/node/tally_test_entity.hpp"
 #include "commands.hpp"
+#include "run_tool.test.hpp"
 #include "troupe/node/node.hpp"
 
 namespace {
@@ -33,23 +34,8 @@ using namespace troupe::node::test;
 
 // --- helpers -----------------------------------------------------------------------
 
-struct Ran {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-// Runs the tool's command line in-process.
-Ran troupectl(std::vector<std::string> args) {
-  std::vector<const char*> argv{"troupectl"};
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  Ran r;
-  r.code = ctl::run_command_line(static_cast<int>(argv.size()), argv.data(), out, err);
-  r.out = out.str();
-  r.err = err.str();
-  return r;
-}
+using troupe::ctl::test::Ran;
+using troupe::ctl::test::troupectl;
 
 std::vector<std::string> words(const std::string& line) {
   std::istringstream in(line);
