@@ -267,6 +267,10 @@ class NodeRestart {
     if (auto f = watch_restart(std::get<Command>(cmd), node)) return *f;
     auto given = rebalance();
     if (auto* f = std::get_if<Failure>(&given)) return *f;
+    // Two app versions live: the node fills up as the old ones drain (what
+    // they hand off goes to the newest), and the last node's rebalance,
+    // once one version remains, evens it out.
+    if (std::get<std::int64_t>(given) < 0) return std::string();
     return wait_for_shards(node, std::get<std::int64_t>(given));
   }
 
@@ -350,7 +354,8 @@ class NodeRestart {
   }
 
   // In a cluster: the rebalance that gives the new process its share.
-  // The number of entity shards it was given.
+  // The number of entity shards it was given; -1 when rebalancing waits
+  // because the live members run more than one app version.
   Outcome<std::int64_t> rebalance() {
     auto api = NodeApi::at(t_.admin, o_.timeout_s.value_or(60.0));
     if (auto* f = std::get_if<Failure>(&api)) return *f;
@@ -371,6 +376,11 @@ class NodeRestart {
       }
       auto doc = node.document(a);
       if (auto* f = std::get_if<Failure>(&doc)) return fail("the rebalance failed: " + f->message);
+      if (cell(std::get<json>(doc), "outcome") == "versions_mixed") {
+        say("not rebalanced: " + cell(std::get<json>(doc), "message") +
+            "; it takes the shards the old version's nodes hand off");
+        return std::int64_t{-1};
+      }
       std::map<std::string, std::int64_t> to_it;  // per type (or jobs/<queue>)
       std::int64_t entity_shards = 0;
       for (const auto& m : array_field(std::get<json>(doc), "moved")) {

@@ -222,6 +222,17 @@ class FakeMember {
     });
     router.add("POST", "/rebalance", [this](troupe::http::Request&, troupe::http::Responder out) {
       std::lock_guard lk(mu_);
+      if (versions_mixed) {
+        out.respond(troupe::http::Response::json(
+            200, json{{"outcome", "versions_mixed"},
+                      {"versions", {"1.0", "1.1"}},
+                      {"message", "nothing moved: the live members run app versions 1.0 and 1.1; rebalancing "
+                                  "waits until one version remains"},
+                      {"moves", 0},
+                      {"moved", json::array()}}
+                     .dump()));
+        return;
+      }
       json moved = json::array();
       for (int s = 0; s < given; ++s)
         moved.push_back({{"type", "payment"}, {"shard", s}, {"from", "x"}, {"to", id_}, {"epoch", 9}});
@@ -237,6 +248,7 @@ class FakeMember {
   json members = json::array();  // set before use
   int given = 3;
   int placed = 16;
+  bool versions_mixed = false;  // POST /rebalance answers that it waits
 
  private:
   // A new process takes 300 ms to be ready: long enough to be seen starting.
@@ -353,6 +365,18 @@ TEST(RollingUpdateWatch, ANodeGivenNoShardsPassesOnlyWhereTooFewArePlacedForEver
   EXPECT_EQ(stuck.err,
             "troupectl: rolling update stopped at f2 (1/1): it does not host any shard within 0.5s "
             "(--shards-timeout): it hosts 0, though 16 of payment placed over 2 members\n");
+}
+
+TEST(RollingUpdateWatch, WhileTwoAppVersionsAreLiveANodeGoesOnWithoutShardsAndSaysWhy) {
+  FakeCluster c({0, 0});
+  c.nodes[1]->versions_mixed = true;
+  auto r = c.roll({"--nodes", "f2", "--shards-timeout", "0.5"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out,
+                       "\nf2 (1/1): not rebalanced: nothing moved: the live members run app versions 1.0 and "
+                       "1.1; rebalancing waits until one version remains; it takes the shards the old version's "
+                       "nodes hand off\nrolling update done"))
+      << r.out;
 }
 
 TEST(RollingUpdateWatch, AMemberWithoutAKnownAdminUrlNeedsTheMap) {
