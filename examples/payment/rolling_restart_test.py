@@ -267,7 +267,7 @@ def main():
             redis.stop()
         if pg:
             pg.stop()
-        if failures:
+        if failures or os.environ.get("TROUPE_KEEP_WORK"):
             print(f"work directory kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)

@@ -239,6 +239,8 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     c.cluster.liveness_threshold = lt;
     TROUPE_TRY(tm, r.millis("takeover_margin_ms", c.cluster.takeover_margin, milliseconds(0), milliseconds(600'000)));
     c.cluster.takeover_margin = tm;
+    TROUPE_TRY(batch, r.integer("hand_off_batch", static_cast<std::int64_t>(c.cluster.hand_off_batch), 1, 1024));
+    c.cluster.hand_off_batch = static_cast<std::size_t>(batch);
     if (lt <= hb)
       return fail(bad("cluster.liveness_threshold_ms: must be longer than cluster.heartbeat_ms (" +
                       std::to_string(lt.count()) + " <= " + std::to_string(hb.count()) + ")"));

@@ -31,6 +31,7 @@ TEST(NodeConfig, AnEmptyFileGivesTheDocumentedDefaults) {
   EXPECT_EQ(c->entities.shard_count, 64u);
   EXPECT_EQ(c->entities.passivate_after, std::chrono::minutes(2));
   EXPECT_EQ(c->jobs.shard_count, 16u);
+  EXPECT_EQ(c->cluster.hand_off_batch, 8u);
 }
 
 TEST(NodeConfig, EveryTableIsRead) {
@@ -53,6 +54,7 @@ listen_port = 7200
 heartbeat_ms = 500
 liveness_threshold_ms = 2000
 takeover_margin_ms = 250
+hand_off_batch = 3
 [entities]
 shard_count = 128
 passivate_after_ms = 5000
@@ -75,6 +77,7 @@ shard_count = 32
   EXPECT_EQ(c->cluster.redis_port, 6380);
   EXPECT_EQ(c->cluster.listen_port, 7200);
   EXPECT_EQ(c->cluster.heartbeat, std::chrono::milliseconds(500));
+  EXPECT_EQ(c->cluster.hand_off_batch, 3u);
   EXPECT_EQ(c->entities.shard_count, 128u);
   EXPECT_EQ(c->entities.stash_capacity, 50u);
   EXPECT_EQ(c->jobs.shard_count, 32u);
@@ -120,6 +123,8 @@ TEST(NodeConfig, OutOfRangeAndUnusableValuesAreRefused) {
             "node.toml: cluster.redis: the port in \"h:0\" is not a number from 1 to 65535");
   EXPECT_EQ(error_of("[cluster]\nheartbeat_ms = 3000\n"),
             "node.toml: cluster.liveness_threshold_ms: must be longer than cluster.heartbeat_ms (3000 <= 3000)");
+  EXPECT_EQ(error_of("[cluster]\nhand_off_batch = 0\n"),
+            "node.toml: cluster.hand_off_batch: 0 is out of range (1 to 1024)");
   EXPECT_EQ(error_of("[entities]\nshard_count = 0\n"),
             "node.toml: entities.shard_count: 0 is out of range (1 to 65536)");
   EXPECT_EQ(error_of("[node]\nid = \"a b\"\n"),

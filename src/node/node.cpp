@@ -89,6 +89,7 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
     cs.coordination.heartbeat_interval = c.cluster.heartbeat;
     cs.coordination.liveness_threshold = c.cluster.liveness_threshold;
     cs.coordination.takeover_margin = c.cluster.takeover_margin;
+    cs.hand_off_batch = c.cluster.hand_off_batch;
     cs.coordination.epoch_floor = [journal = node->journal_] {
       auto h = journal_sync::highest_fence(*journal);
       return h.ok() ? *h : 0;

@@ -26,6 +26,7 @@
 //   heartbeat_ms = 1000
 //   liveness_threshold_ms = 3000
 //   takeover_margin_ms = 500
+//   hand_off_batch = 8            # shards and job queues a drain moves at once
 //
 //   [entities]
 //   shard_count = 64              # shards per entity type, the same on every node
@@ -111,6 +112,7 @@ struct ClusterConfig {
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds liveness_threshold{3000};
   std::chrono::milliseconds takeover_margin{500};
+  std::size_t hand_off_batch = 8;
 };
 
 struct EntitiesConfig {
