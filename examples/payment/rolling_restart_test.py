@@ -19,8 +19,9 @@ every refund asked was made exactly once. Printed: the load generator's
 summary (answers by status, p99 per 10 s window against the run's, the
 slowest request) and each node's drain lines.
 
-Usage: rolling_restart_test.py BIN_DIR [--rounds N] [--seconds-between S]
-       (exit 77: no redis-server or PostgreSQL)
+Usage: rolling_restart_test.py BIN_DIR [--rounds N] [--seconds-between S] [--control]
+       (exit 77: no redis-server or PostgreSQL; --control: the same load
+       and timing without the restarts, a steady run to compare with)
 proves: C2 (a drained node hands its shards off without refusing anyone;
 a client that follows /ready sees no error through a rolling restart)
 """
@@ -171,7 +172,7 @@ def restart(node, balanced_with):
     return t3 - t0
 
 
-def one_round(bin_dir, work, nodes, gw_port, round_no, between):
+def one_round(bin_dir, work, nodes, gw_port, round_no, between, control=False):
     """Load for the whole rolling restart plus `between` s before and after;
     the load generator is interrupted then (it stops sending and reports)."""
     tag = f"r{round_no}"
@@ -184,7 +185,9 @@ def one_round(bin_dir, work, nodes, gw_port, round_no, between):
         return None
     began = time.time()
     for n in nodes:
-        if restart(n, nodes) is None:
+        if control:
+            time.sleep(2.5)  # about a restart's length, without the restart
+        elif restart(n, nodes) is None:
             break
         time.sleep(between)
     print(f"  the rolling restart took {time.time() - began:.1f} s")
@@ -231,6 +234,8 @@ def main():
     ap.add_argument("bin_dir")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--seconds-between", type=float, default=3)
+    ap.add_argument("--control", action="store_true",
+                    help="the same load and timing without restarts (a steady run to compare with)")
     a = ap.parse_args()
     if shutil.which("redis-server") is None or postgres_bin_dir() is None:
         print("SKIP: redis-server or PostgreSQL is not installed (scripts/setup-deps --tests)")
@@ -247,7 +252,7 @@ def main():
         check(ok, f"the shards are balanced over the three nodes ({r})")
         for k in range(1, a.rounds + 1):
             before = call(gw_port, "GET", "/stats")[1]
-            rep = one_round(a.bin_dir, work, nodes, gw_port, k, a.seconds_between)
+            rep = one_round(a.bin_dir, work, nodes, gw_port, k, a.seconds_between, a.control)
             if rep is None:
                 break
             after = call(gw_port, "GET", "/stats")[1]

@@ -78,12 +78,14 @@ class Cluster {
   //     or at the new owner) and go to the new owner; this node forwards
   //     whatever still reaches it;
   //  2. the other nodes are told, and route to the new owners from then on;
-  //  3. replies owed to other nodes are sent, and frames already on their
-  //     way are let in (at most 2 heartbeat intervals, capped at 2 s);
+  //  3. replies owed to other nodes are sent (within the bound), and frames
+  //     already on their way are let in (at most 2 heartbeat intervals,
+  //     capped at 2 s);
   //  4. the node leaves the membership and remoting stops.
-  // Waits up to `bound` in all; `progress` runs as each quarter of the
-  // units has moved. Returns what moved. Errors: timeout (naming the step),
-  // or what the hand-off or the leave met (the node still leaves).
+  // Waits up to `bound` in all, and 5 s more to leave when the hand-off
+  // used up the bound; `progress` runs as each quarter of the units has
+  // moved. Returns what moved. Errors: timeout (naming the step), or what
+  // the hand-off or the leave met (the node still leaves).
   Result<HandOffReport> leave(Duration bound = std::chrono::seconds(60),
                               std::function<void(const HandOffReport&)> progress = {});
 

@@ -206,7 +206,10 @@ Future<void> Coordinator::Impl::stop() {
       std::vector<std::string> names;
       for (auto& [unit, u] : g.units)
         if (!u.stopping) names.push_back(unit);
-      for (const auto& unit : names) begin_stop(group, unit, /*release_after=*/false);
+      // Released once stopped: a unit whose hand-off relocated it already
+      // has a new owner waiting for that; for the others the release is a
+      // no-op and the leave script hands them over.
+      for (const auto& unit : names) begin_stop(group, unit, /*release_after=*/true);
     }
     maybe_finish_stop();
   });

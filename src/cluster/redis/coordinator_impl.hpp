@@ -169,13 +169,14 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
       std::string group, unit;
       std::uint64_t epoch = 0;
       bool running = true;  // false: placed here meanwhile, never started
+      int tries = 0;        // relocations that failed for want of Redis
     };
     std::size_t batch = 8;
     std::function<void(const HandOffReport&)> progress;
     std::deque<Queued> queue;
     std::set<std::pair<std::string, std::string>> queued;    // group, unit: in queue, relocating or stopping
     std::set<std::pair<std::string, std::string>> stopping;  // moved, stopping here
-    std::size_t relocating = 0;
+    std::size_t relocating = 0;  // relocations out, or waiting to be tried again
     std::size_t quarters_told = 0;
     TimePoint began{};
     HandOffReport report;

@@ -11,6 +11,13 @@
 
 namespace troupe::cluster {
 
+namespace {
+// How often a relocation that met no Redis is tried before its unit is
+// kept here (the leave script then keeps it too, and a later member takes
+// it over).
+constexpr int kHandOffTries = 5;
+}  // namespace
+
 Future<HandOffReport> Coordinator::Impl::hand_off(std::size_t batch,
                                                   std::function<void(const HandOffReport&)> progress) {
   return call<HandOffReport>([this, batch, progress = std::move(progress)](Promise<HandOffReport>& p) mutable {
@@ -70,8 +77,9 @@ void Coordinator::Impl::pump_hand_off() {
     if (q.running) {
       auto& units = served_.at(q.group).units;
       auto it = units.find(q.unit);
-      if (it == units.end()) {
-        // Stopped meanwhile (moved by someone else): not this hand-off's.
+      if (it == units.end() || it->second.stopping) {
+        // Stopped or stopping meanwhile (moved by someone else, whose new
+        // owner waits for this node's release): not this hand-off's.
         h.queued.erase({q.group, q.unit});
         --h.report.units;
         continue;
@@ -105,6 +113,19 @@ void Coordinator::Impl::on_relocated(HandOff::Queued q, Result<Placement> r) {
   } else if (!r.ok() && r.error().message().starts_with("NOT_INSTALLED")) {
     h.queued.erase(key);
     --h.report.units;
+  } else if (!r.ok() && r.error().code() == ErrorCode::coordination_failed && q.tries < kHandOffTries) {
+    // Redis did not answer: tried again after a pause, the unit still
+    // running here meanwhile.
+    ++h.relocating;
+    ++q.tries;
+    auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(200 * q.tries));
+    timer->async_wait([this, timer, q = std::move(q)](const asio::error_code& ec) mutable {
+      if (ec || halted_ || !hand_off_) return;
+      --hand_off_->relocating;
+      hand_off_->queue.push_front(std::move(q));
+      pump_hand_off();
+      maybe_finish_hand_off();
+    });
   } else {
     // It stays here until stop(); the leave script keeps it too, and a
     // later member takes it over.

@@ -192,5 +192,33 @@ TEST_F(RedisCoordinatorTest, AHandOffWithNoOtherMemberKeepsItsUnitsRunningAndSay
   EXPECT_EQ(zero.error().code(), ErrorCode::invalid_argument);
 }
 
+// proves: C2
+TEST_F(RedisCoordinatorTest, AMemberCutOffWhileDrainingIsStillGivenNothingWhenItComesBack) {
+  TcpTestProxy proxy(redis->port());
+  auto& a = start_node(make_node(settings("node-a", proxy.port())));
+  auto& b = add_node("node-b");
+  ASSERT_TRUE(wait_until([&] { return b->members().size() == 2; }));
+  auto report = await(a->hand_off(4), 10s);
+  ASSERT_TRUE(report.ok()) << report.error().to_string();
+  std::this_thread::sleep_for(1600ms);  // node-b may take over from now on
+  // Two cuts: a short one (node-a fences and registers again under the
+  // same session), and one past threshold + margin (node-b takes it over,
+  // removing the member and its mark, and node-a registers anew).
+  for (auto extra : {0ms, 1500ms}) {
+    proxy.cut();
+    ASSERT_TRUE(wait_until([&] { return a->is_fenced(); }, 5s));
+    ASSERT_TRUE(wait_until([&] { return !is_member(b, "node-a"); }, 10s));
+    std::this_thread::sleep_for(extra);
+    proxy.heal();
+    ASSERT_TRUE(wait_until([&] { return !a->is_fenced() && is_member(b, "node-a"); }, 10s));
+    std::this_thread::sleep_for(300ms);  // its mark is written again after the register
+    // Both hold no unit: the smaller id, node-a, would be chosen.
+    auto placed = await(b->assign("workers", "after-cut-" + std::to_string(extra.count()), ""));
+    ASSERT_TRUE(placed.ok()) << placed.error().to_string();
+    EXPECT_EQ(placed->assignment.owner, "node-b") << "after a cut of " << extra.count() << " ms more";
+    ASSERT_TRUE(await(b->unassign("workers", "after-cut-" + std::to_string(extra.count()))).ok());
+  }
+}
+
 }  // namespace
 }  // namespace troupe::test

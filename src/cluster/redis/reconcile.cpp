@@ -111,7 +111,7 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
   bool started_any = false;
   for (auto& [unit, w] : want) {
     if (g.units.count(unit) != 0) continue;  // running, or stopping (started again once stopped)
-    if (hand_off_) {
+    if (hand_off_ && hand_off_->marked) {
       // Placed here while this node hands its units off: moved on, never
       // started.
       queue_hand_off(group, unit, w.epoch, false);

@@ -251,7 +251,9 @@ else
     if other ~= id then others = others + 1 end
   end
   redis.call('ZADD', MEMBERS, int(now), id)
-  redis.call('HDEL', DRAINING, id)
+  -- A new incarnation is not draining; the same one registering again
+  -- (after a fence) still is.
+  if redis.call('HGET', DRAINING, id) ~= session then redis.call('HDEL', DRAINING, id) end
   local version = ARGV[11] or ''
   if version ~= '' then version = ' ' .. version end
   redis.call('HSET', INFO, id, int(now) .. ' ' .. session .. ' ' .. ARGV[4] .. ' ' .. ARGV[5] .. version)

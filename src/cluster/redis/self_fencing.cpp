@@ -59,6 +59,10 @@ void Coordinator::Impl::unfence() {
   // nobody else can clear while it is live again.
   for (const auto& pr : pending_releases_) do_release(pr.group, pr.unit, pr.epoch, [](Result<bool>) {});
   pending_releases_.clear();
+  // Handing its units off still: a takeover meanwhile removed the member,
+  // and its draining mark with it. Marked again before anything is
+  // placed here anew.
+  if (hand_off_ && hand_off_->marked) eval(Script::drain, {s_.node_id, session_}, [](Reply) {});
   reconcile_all();
 }
 

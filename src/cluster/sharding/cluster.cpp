@@ -285,8 +285,10 @@ Result<HandOffReport> Cluster::leave(Duration bound, std::function<void(const Ha
   std::optional<Error> failed;
   HandOffReport report;
   auto handed = impl_->coordinator->hand_off(std::max<std::size_t>(1, impl_->settings.hand_off_batch), std::move(progress));
-  if (!handed.wait_for(until - Clock::now())) return late("handing off its shards");
-  if (auto h = handed.get(); h.ok()) {
+  if (!handed.wait_for(until - Clock::now())) {
+    // Out of time: it leaves all the same; stop() stops what is left.
+    failed = late("handing off its shards");
+  } else if (auto h = handed.get(); h.ok()) {
     report = h.value();
   } else {
     failed = std::move(h).error();  // the stop below stops and hands over what is left
@@ -298,31 +300,33 @@ Result<HandOffReport> Cluster::leave(Duration bound, std::function<void(const Ha
     for (auto& [id, addr] : impl_->peers) peers.push_back(id);
   }
   for (auto& p : peers) (void)impl_->remoting->send_control(p, kLeavingNotice);
-  // Stay reachable until the replies owed to other nodes are sent, the
-  // answers this node waits for have come, and no frame has arrived for a
-  // moment (the others have heard the notice and stopped sending), within
-  // a bound.
+  // Stay reachable until the replies owed to other nodes are sent (within
+  // the bound), and, for at most two heartbeats (capped at 2 s), until the
+  // answers this node waits for have come and no frame has arrived for a
+  // moment: the others have heard the notice and stopped sending.
   const auto grace = std::min<Duration>(2 * impl_->settings.coordination.heartbeat_interval, std::chrono::seconds(2));
-  const auto settle_until = std::min(until, Clock::now() + grace);
+  const auto grace_until = std::min(until, Clock::now() + grace);
   constexpr auto kQuiet = std::chrono::milliseconds(100);
   auto frames = impl_->remoting->frames_received();
   auto quiet_since = Clock::now();
-  while (Clock::now() < settle_until) {
+  for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    auto now_frames = impl_->remoting->frames_received();
-    if (now_frames != frames) {
-      frames = now_frames;
-      quiet_since = Clock::now();
-    } else if (impl_->remoting->owed_replies() == 0 && impl_->remoting->asks_waiting() == 0 &&
-               Clock::now() - quiet_since >= kQuiet) {
-      break;
+    const auto now = Clock::now();
+    if (auto f = impl_->remoting->frames_received(); f != frames) {
+      frames = f;
+      quiet_since = now;
     }
+    const bool owes = impl_->remoting->owed_replies() > 0;
+    const bool quiet = impl_->remoting->asks_waiting() == 0 && now - quiet_since >= kQuiet;
+    if ((!owes && (quiet || now >= grace_until)) || now >= until) break;
   }
 
+  // The stop gets what is left of the bound, and a few seconds at least
+  // when the hand-off used it all up.
   auto done = impl_->coordinator->stop();
-  if (!done.wait_for(until - Clock::now())) {
+  if (!done.wait_for(std::max<Duration>(until - Clock::now(), std::chrono::seconds(5)))) {
     impl_->remoting->stop();
-    return late("leaving");
+    return failed ? std::move(*failed) : late("leaving");
   }
   auto r = done.get();
   impl_->remoting->stop();

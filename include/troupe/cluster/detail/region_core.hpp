@@ -185,6 +185,7 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
   void owner_gone(Shard& sh, std::uint32_t s);
   // Locates the shard again after a growing pause; with sh.mu held.
   void locate_later(Shard& sh, std::uint32_t s);
+  bool arm_relocate(Shard& sh, std::uint32_t s);
   void relocate(std::uint32_t s);
   // Empties the shard's buffer into the caller's hands; with sh.mu held.
   std::deque<Pending> take_buffer(Shard& sh);

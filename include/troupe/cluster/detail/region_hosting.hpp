@@ -138,6 +138,7 @@ void RegionCore<B>::open_host(Shard& sh, std::uint32_t s, std::uint64_t epoch) {
   }
   sh.host.emplace(std::move(reg.value()));
   sh.phase = Phase::local;
+  sh.relocate_delay = Duration::zero();
   sh.owner = directory->self();
   sh.epoch = epoch;
   hosted.fetch_add(1, std::memory_order_relaxed);
@@ -160,10 +161,13 @@ void RegionCore<B>::stop_shard(std::uint32_t s, std::uint64_t epoch, bool immedi
     return;
   }
   if (sh.phase != Phase::local) {
-    // Not running here: nothing to hand off.
-    if (sh.phase == Phase::waiting) sh.phase = Phase::unknown;
+    // Not running here: nothing to hand off. What waited for it to start
+    // here goes to wherever it is now.
+    bool relocate = sh.phase == Phase::waiting && !sh.buffer.empty() && !stopping.load(std::memory_order_acquire);
+    if (sh.phase == Phase::waiting) sh.phase = relocate ? Phase::locating : Phase::unknown;
     lk.unlock();
     directory->released(settings.entity.type_name, s, epoch);
+    if (relocate) locate(s);
     return;
   }
   sh.phase = Phase::stopping;

@@ -43,21 +43,26 @@ class RegionCore<B>::RelocateTimer final : public troupe::detail::TimerService::
   std::uint32_t shard_;
 };
 
-// Locates the shard again after a growing pause; with sh.mu held.
+// Arms the shard's relocate timer after a growing pause (once); false if
+// the actor system no longer runs timers. With sh.mu held.
 template <class B>
-void RegionCore<B>::locate_later(Shard& sh, std::uint32_t s) {
-  sh.phase = Phase::locating;
-  if (sh.relocate_armed) return;
+bool RegionCore<B>::arm_relocate(Shard& sh, std::uint32_t s) {
+  if (sh.relocate_armed) return true;
   sh.relocate_delay = sh.relocate_delay == Duration::zero() ? kFirstRelocatePause
                                                             : std::min<Duration>(2 * sh.relocate_delay, kMaxRelocatePause);
   auto& timers = troupe::detail::timers_of(system->impl());
   auto* t = new RelocateTimer(this->weak_from_this(), s);
   bool armed = timers.schedule(t, deadline_after(timers.clock().now(), sh.relocate_delay));
   t->release();
-  if (armed) {
-    sh.relocate_armed = true;
-    return;
-  }
+  sh.relocate_armed = armed;
+  return armed;
+}
+
+// Locates the shard again after a growing pause; with sh.mu held.
+template <class B>
+void RegionCore<B>::locate_later(Shard& sh, std::uint32_t s) {
+  sh.phase = Phase::locating;
+  if (arm_relocate(sh, s)) return;
   // The actor system is shutting down: no timer fires any more.
   sh.phase = Phase::unknown;
   auto waiting = take_buffer(sh);
@@ -71,6 +76,9 @@ void RegionCore<B>::relocate(std::uint32_t s) {
   {
     std::lock_guard lk(sh.mu);
     sh.relocate_armed = false;
+    // Still waiting for a start that placement promised: looked up again,
+    // in case the shard moved on before it started here.
+    if (sh.phase == Phase::waiting) sh.phase = Phase::locating;
     if (sh.phase != Phase::locating) return;
   }
   locate(s);
@@ -98,9 +106,12 @@ void RegionCore<B>::located(std::uint32_t s, Result<ShardDirectory::Location> lo
   }
   if (loc.value().owner == directory->self()) {
     // Ours, but start() has not come yet (a hand-off in progress, or the
-    // directory's start is on its way): wait for it.
+    // directory's start is on its way): wait for it, and look again now
+    // and then, should it move on before it starts here (a draining node
+    // passes on what is placed on it).
     sh.phase = Phase::waiting;
     sh.epoch = loc.value().epoch;
+    (void)arm_relocate(sh, s);
     return;
   }
   sh.phase = Phase::remote;
