@@ -210,6 +210,29 @@ TEST_F(ClusterJobs, AJobSentThroughANodeThatServesNoShardIsAcceptedOnTheOwner) {
   EXPECT_EQ(std::get<JobSucceeded>(out.value()).output, "ok");
 }
 
+// proves: C2
+TEST_F(ClusterJobs, AJobForAnOwnerThatLeftTheAddressBookGoesToTheShardsNewOwner) {
+  boot({"a", "b", "c"}, settings(), /*shards=*/1);
+  ASSERT_NO_FATAL_FAILURE(wait_served(1));
+  const std::string owner = owner_of(0);
+  std::vector<std::string> others;
+  for (const char* id : {"a", "b", "c"})
+    if (id != owner) others.push_back(id);
+  const std::string& sender = others[0];
+  const std::string& heir = others[1];
+  (void)enqueue(node(sender), "before");  // the sender learns the owner
+  // The owner hands the shard off and leaves; the sender drops it from
+  // its address book before it hears that the shard moved.
+  ASSERT_TRUE(placement->move(job_queue_type("refunds"), 0, heir).ok());
+  ASSERT_TRUE(eventually([&] { return node(heir).jobs->stats().idle == 2; }));
+  node(sender).remoting->remove_peer(owner);
+  auto id = node(sender).jobs->enqueue(Job{"refund", "after"}).get();
+  ASSERT_TRUE(id.ok()) << id.error().to_string();
+  ASSERT_TRUE(eventually([&] { return ledger->distinct() == 2; }));
+  std::lock_guard lk(ledger->mu);
+  EXPECT_EQ(ledger->ran_on["after"], heir);
+}
+
 TEST_F(ClusterJobs, AHandOffMovesTheQueuedJobsToTheNewOwner) {
   JobSettings s = settings();
   s.start_paused = true;  // jobs wait in the queue

@@ -118,7 +118,15 @@ void Router::send(std::uint32_t shard, const std::string& owner, std::shared_ptr
         return m;
       },
       remaining);
-  std::move(f).then([self = self(), r, shard, owner](Result<RemoteAnswer> a) {
+  // Complete already: the send failed, so the owner never saw the job (it
+  // left the address book, most likely having handed its shards off). The
+  // job goes to the shard's next owner, as a moved shard's does.
+  const bool unsent = f.ready();
+  std::move(f).then([self = self(), r, shard, owner, unsent](Result<RemoteAnswer> a) {
+    if (!a.ok() && unsent && a.error().code() == ErrorCode::unreachable) {
+      if (self.tell(Moved{shard, owner, r}) != Delivery::delivered) r->fail(std::move(a).error());
+      return;
+    }
     if (!a.ok()) return r->fail(std::move(a).error());
     RemoteAnswer& ans = a.value();
     switch (ans.kind) {
