@@ -236,8 +236,8 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
   // unanswered. Move-only; it holds the core weakly.
   class Owed {
    public:
-    explicit Owed(const std::shared_ptr<RemotingCore>& core) : core_(core) {
-      core->owed_.fetch_add(1, std::memory_order_relaxed);
+    explicit Owed(RemotingCore& core) : core_(core.weak_from_this()) {
+      core.owed_.fetch_add(1, std::memory_order_relaxed);
     }
     Owed(Owed&& o) noexcept : core_(std::move(o.core_)), live_(std::exchange(o.live_, false)) {}
     Owed& operator=(Owed&&) = delete;
@@ -258,7 +258,7 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
   ReplySink sink_for(std::string_view from, std::uint64_t req) {
     // The sink may run after remoting stopped (a late reply): it holds the
     // core weakly and drops the answer then.
-    return [owed = Owed(shared_from_this()), node = std::string(from), req](ReplyBytes r) mutable {
+    return [owed = Owed(*this), node = std::string(from), req](ReplyBytes r) mutable {
       auto core = owed.core();
       if (!core) return;
       ByteWriter& out = scratch_writer();
