@@ -23,6 +23,25 @@ std::string_view to_string(PlacementOutcome o) noexcept {
 
 // --- placement ----------------------------------------------------------------------
 
+// As seed 001 logs the outcomes of assign and relocate: the informational
+// ones (ASSIGNED, ALREADY_INSTALLED, RELOCATED, NO_NEED_TO_RELOCATE) at
+// info; NO_ACCEPTABLE_WORKER, NO_OTHER_ACCEPTABLE_WORKER and NOT_INSTALLED,
+// which leave a unit without the owner asked for, at error; Redis' own
+// failures at warning (the caller gets them as values and may retry).
+void Coordinator::Impl::log_placement(const std::string& group, const std::string& unit,
+                                      const Result<Placement>& r) const {
+  if (r.ok()) {
+    log(CoordinatorLogLevel::info, std::string(to_string(r->outcome)) + ": unit '" + unit + "' of group '" + group +
+                                       "' on " + r->assignment.owner + " epoch " +
+                                       std::to_string(r->assignment.epoch));
+    return;
+  }
+  const std::string& m = r.error().message();
+  const bool placement = m.starts_with("NO_ACCEPTABLE_WORKER") || m.starts_with("NO_OTHER_ACCEPTABLE_WORKER") ||
+                         m.starts_with("NOT_INSTALLED");
+  log(placement ? CoordinatorLogLevel::error : CoordinatorLogLevel::warning, m);
+}
+
 void Coordinator::Impl::do_assign(const std::string& group, const std::string& unit, const std::string& spec,
                                   bool notify, Fn<void(Result<Placement>)> k) {
   eval(Script::assign, {group, unit, spec, notify ? "1" : "0"},
@@ -98,14 +117,8 @@ Future<Placement> Coordinator::Impl::assign(const std::string& group, const std:
   return call<Placement>([this, group, unit, spec](Promise<Placement>& p) {
     if (auto v = validate_group(group); !v.ok()) return p.set_error(v.error());
     if (auto v = validate_unit(unit); !v.ok()) return p.set_error(v.error());
-    do_assign(group, unit, spec, true, [this, p = std::move(p)](Result<Placement> r) mutable {
-      if (r.ok()) {
-        log(CoordinatorLogLevel::info, std::string(to_string(r->outcome)) + ": '" + r->assignment.unit +
-                                           "' of '" + r->assignment.group + "' on " + r->assignment.owner +
-                                           " epoch " + std::to_string(r->assignment.epoch));
-      } else {
-        log(CoordinatorLogLevel::warning, r.error().message());
-      }
+    do_assign(group, unit, spec, true, [this, group, unit, p = std::move(p)](Result<Placement> r) mutable {
+      log_placement(group, unit, r);
       p.set_result(std::move(r));
     });
   });
@@ -145,13 +158,7 @@ Future<Placement> Coordinator::Impl::relocate(const std::string& group, const st
     if (auto v = validate_group(group); !v.ok()) return p.set_error(v.error());
     if (auto v = validate_unit(unit); !v.ok()) return p.set_error(v.error());
     do_relocate(group, unit, force, [this, group, unit, p = std::move(p)](Result<Placement> r) mutable {
-      if (r.ok()) {
-        log(CoordinatorLogLevel::info, std::string(to_string(r->outcome)) + ": unit '" + unit + "' of group '" +
-                                           group + "' on " + r->assignment.owner + " epoch " +
-                                           std::to_string(r->assignment.epoch));
-      } else if (r.error().code() != ErrorCode::coordination_failed || r.error().message().starts_with("NO_CONFIG")) {
-        log(CoordinatorLogLevel::warning, r.error().message());
-      }
+      log_placement(group, unit, r);
       p.set_result(std::move(r));
     });
   });

@@ -260,6 +260,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void do_release(const std::string& group, const std::string& unit, std::uint64_t epoch,
                   Fn<void(Result<bool>)> k);
   void do_relocate(const std::string& group, const std::string& unit, bool force, Fn<void(Result<Placement>)> k);
+  void log_placement(const std::string& group, const std::string& unit, const Result<Placement>& r) const;
 
   // --- rebalance (rebalance.cpp) ---
   void do_rebalance(const std::string& group, Fn<void(Result<RebalanceReport>)> k);

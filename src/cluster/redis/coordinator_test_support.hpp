@@ -183,6 +183,7 @@ struct NodeRecord {
   std::map<std::string, std::uint64_t> running;  // unit -> epoch (started, stop not completed)
   std::map<std::string, std::string> specs;
   std::vector<std::string> log;
+  std::vector<CoordinatorLogLevel> levels;  // of each line of `log`
   int fenced = 0;
   int unfenced = 0;
   Clock::time_point fenced_at{};
@@ -197,6 +198,13 @@ struct NodeRecord {
     std::lock_guard lk(mu);
     return std::any_of(log.begin(), log.end(),
                        [&](const std::string& l) { return l.find(needle) != std::string::npos; });
+  }
+  // The level of the first line that contains `needle`, if any.
+  std::optional<CoordinatorLogLevel> level_of(const std::string& needle) {
+    std::lock_guard lk(mu);
+    for (std::size_t i = 0; i < log.size(); ++i)
+      if (log[i].find(needle) != std::string::npos) return levels[i];
+    return std::nullopt;
   }
   Clock::time_point fenced_time() {
     std::lock_guard lk(mu);
@@ -268,6 +276,7 @@ class RedisCoordinatorTest : public ::testing::Test {
                      line.data());
       std::lock_guard lk(rec->mu);
       rec->log.emplace_back(line);
+      rec->levels.push_back(level);
     };
     s.on_fenced = [rec] {
       std::vector<std::function<void()>> cut_short;

@@ -30,6 +30,28 @@ TEST_F(RedisCoordinatorTest, AssigningWithNoLiveMemberIsNoAcceptableWorker) {
   EXPECT_EQ(c->cmd({"HLEN", keys.group("workers", "assign")}).integer, 0);
 }
 
+// Seed 001's log levels: the outcomes that leave a unit without the owner
+// asked for are errors, the informational ones info.
+// proves: W3, W4
+TEST_F(RedisCoordinatorTest, PlacementOutcomesAreLoggedAtTheSeedsLevels) {
+  using Level = CoordinatorLogLevel;
+  auto& a = add_node("node-a");
+  ASSERT_TRUE(await(a->assign("workers", "w1", "")).ok());
+  ASSERT_TRUE(await(a->assign("workers", "w1", "")).ok());
+  EXPECT_EQ(a.rec->level_of("ASSIGNED: unit 'w1' of group 'workers' on node-a"), Level::info);
+  EXPECT_EQ(a.rec->level_of("ALREADY_INSTALLED: unit 'w1'"), Level::info);
+  ASSERT_TRUE(await(a->relocate("workers", "w1", false)).ok());
+  EXPECT_EQ(a.rec->level_of("NO_NEED_TO_RELOCATE: unit 'w1'"), Level::info);
+  EXPECT_FALSE(await(a->relocate("workers", "w1", true)).ok());
+  EXPECT_EQ(a.rec->level_of("NO_OTHER_ACCEPTABLE_WORKER"), Level::error);
+  EXPECT_FALSE(await(a->relocate("workers", "nobody", true)).ok());
+  EXPECT_EQ(a.rec->level_of("NOT_INSTALLED"), Level::error);
+  // Draining, node-a is no member placement may choose: nobody is.
+  ASSERT_TRUE(await(a->hand_off(1, {}), 10s).ok());
+  EXPECT_FALSE(await(a->assign("workers", "w2", "")).ok());
+  EXPECT_EQ(a.rec->level_of("NO_ACCEPTABLE_WORKER"), Level::error);
+}
+
 // proves: W3
 TEST_F(RedisCoordinatorTest, AssignPutsEachUnitOnTheLeastLoadedLiveMember) {
   auto& a = add_node("node-a");
