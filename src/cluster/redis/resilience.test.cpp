@@ -98,6 +98,27 @@ TEST_F(RedisCoordinatorTest, AMalformedAssignmentWrittenBySomeoneElseIsSkipped) 
   EXPECT_TRUE(await(a->assign("workers", "after", "")).ok());
 }
 
+// With the periodic re-read off, the notice a placement script publishes
+// is all that tells the owner: it starts the unit at once.
+// proves: W3
+TEST_F(RedisCoordinatorTest, ThePubSubNoticeAloneStartsANewUnitOnItsOwner) {
+  auto quiet = [&](const std::string& id) {
+    auto s = settings(id);
+    s.sync_interval = std::chrono::hours(1);  // no periodic re-read during the test
+    return s;
+  };
+  auto& a = start_node(make_node(quiet("node-a")));
+  auto& b = start_node(make_node(quiet("node-b")));
+  ASSERT_TRUE(wait_until([&] { return b->members().size() == 2; }));
+  // Both hold nothing: the unit goes to the smaller id, node-a, placed by node-b.
+  auto placed = await(b->assign("workers", "w1", "spec-1"));
+  ASSERT_TRUE(placed.ok()) << placed.error().to_string();
+  ASSERT_EQ(placed->assignment.owner, "node-a");
+  auto at = Clock::now();
+  ASSERT_TRUE(wait_until([&] { return a.rec->running_now().count("w1") == 1; }, 5s));
+  EXPECT_LT(Clock::now() - at, 2s);
+}
+
 // proves: W1
 TEST_F(RedisCoordinatorTest, ClustersWithDifferentPrefixesShareOneRedisWithoutSeeingEachOther) {
   auto s1 = settings("node-a");
