@@ -136,7 +136,7 @@ struct HandOffReport {
 
 // What one rebalance did: a plain value.
 enum class RebalanceOutcome {
-  rebalanced,      // the group is balanced now; `moves` were needed (none: it was)
+  rebalanced,      // it ran: `moves` made (none: it was balanced), `moves_left` past a cap
   versions_mixed,  // the live members run more than one app version: nothing moved
 };
 std::string_view to_string(RebalanceOutcome o) noexcept;
@@ -144,6 +144,9 @@ std::string_view to_string(RebalanceOutcome o) noexcept;
 struct RebalanceReport {
   RebalanceOutcome outcome = RebalanceOutcome::rebalanced;
   std::vector<Move> moves;
+  // rebalanced: the moves a cap (max_moves) left for the next call; 0 when
+  // the group is balanced now.
+  std::size_t moves_left = 0;
   // versions_mixed: the app versions the live members run, oldest first
   // (the empty string stands for members that declared none).
   std::vector<std::string> live_versions;
@@ -309,10 +312,12 @@ class Coordinator {
   // live members run more than one app version (a rolling update) it waits:
   // nothing moves and the outcome is versions_mixed, naming the versions;
   // once one version remains it balances again. The coordinator logs at
-  // info when it starts waiting and when it resumes, once each.
-  Future<RebalanceReport> rebalance(const std::string& group);
-  // rebalance(group)'s moves alone (none while it waits on versions).
-  Future<std::vector<Move>> rebalance_all(const std::string& group);
+  // info when it starts waiting and when it resumes, once each. With
+  // `max_moves` above 0 at most that many units move in this call (seed
+  // 001's cap), and the report says how many moves are left.
+  Future<RebalanceReport> rebalance(const std::string& group, std::size_t max_moves = 0);
+  // rebalance(group, max_moves)'s moves alone (none while it waits on versions).
+  Future<std::vector<Move>> rebalance_all(const std::string& group, std::size_t max_moves = 0);
   // One unit's assignment; nullopt when it is not placed.
   Future<std::optional<Assignment>> assignment(const std::string& group, const std::string& unit);
   // This node's assignments in the group (handing_off_from set on those it

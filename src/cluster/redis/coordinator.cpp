@@ -325,8 +325,8 @@ Future<Placement> Coordinator::relocate(const std::string& group, const std::str
 Future<bool> Coordinator::unassign(const std::string& group, const std::string& unit) {
   return impl_->unassign(group, unit);
 }
-Future<std::vector<Move>> Coordinator::rebalance_all(const std::string& group) {
-  return impl_->rebalance_all(group);
+Future<std::vector<Move>> Coordinator::rebalance_all(const std::string& group, std::size_t max_moves) {
+  return impl_->rebalance_all(group, max_moves);
 }
 Future<std::optional<Assignment>> Coordinator::assignment(const std::string& group, const std::string& unit) {
   return impl_->assignment(group, unit);

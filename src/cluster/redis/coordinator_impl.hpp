@@ -125,8 +125,8 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   Future<Placement> assign(const std::string& group, const std::string& unit, const std::string& spec);
   Future<Placement> relocate(const std::string& group, const std::string& unit, bool force);
   Future<bool> unassign(const std::string& group, const std::string& unit);
-  Future<RebalanceReport> rebalance(const std::string& group);
-  Future<std::vector<Move>> rebalance_all(const std::string& group);
+  Future<RebalanceReport> rebalance(const std::string& group, std::size_t max_moves);
+  Future<std::vector<Move>> rebalance_all(const std::string& group, std::size_t max_moves);
   Future<std::optional<Assignment>> assignment(const std::string& group, const std::string& unit);
   Future<std::vector<Assignment>> owned_units(const std::string& group);
   Future<bool> release(const std::string& group, const std::string& unit, std::uint64_t epoch);
@@ -263,7 +263,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void log_placement(const std::string& group, const std::string& unit, const Result<Placement>& r) const;
 
   // --- rebalance (rebalance.cpp) ---
-  void do_rebalance(const std::string& group, Fn<void(Result<RebalanceReport>)> k);
+  void do_rebalance(const std::string& group, std::size_t max_moves, Fn<void(Result<RebalanceReport>)> k);
   void note_rebalance(const RebalanceReport& report);
 
   // --- running what Redis places here (reconcile.cpp) ---

@@ -38,9 +38,10 @@ void Coordinator::Impl::note_rebalance(const RebalanceReport& report) {
   rebalance_waits_on_ = report.live_versions;
 }
 
-void Coordinator::Impl::do_rebalance(const std::string& group, Fn<void(Result<RebalanceReport>)> k) {
+void Coordinator::Impl::do_rebalance(const std::string& group, std::size_t max_moves,
+                                     Fn<void(Result<RebalanceReport>)> k) {
   if (auto v = validate_group(group); !v.ok()) return k(v.error());
-  eval(Script::rebalance, {group, "1"}, [this, group, k = std::move(k)](Reply r) mutable {
+  eval(Script::rebalance, {group, "1", std::to_string(max_moves)}, [this, group, k = std::move(k)](Reply r) mutable {
     if (!r.ok()) return k(std::move(r).error());
     const RedisReply& rep = *r;
     const std::string& status = rep.elements[0].str;
@@ -62,8 +63,11 @@ void Coordinator::Impl::do_rebalance(const std::string& group, Fn<void(Result<Re
       note_rebalance(report);
       return k(std::move(report));
     }
-    if (status != "OK" || rep.elements.size() != 2 || !rep.elements[1].is_array())
+    long long left = 0;
+    if (status != "OK" || rep.elements.size() != 3 || !rep.elements[1].is_array() || !int_of(rep.elements[2], left) ||
+        left < 0)
       return k(unexpected(Script::rebalance, rep));
+    report.moves_left = static_cast<std::size_t>(left);
     for (const auto& m : rep.elements[1].elements) {
       long long e = 0;
       Move mv;
@@ -77,29 +81,32 @@ void Coordinator::Impl::do_rebalance(const std::string& group, Fn<void(Result<Re
     }
     note_rebalance(report);
     log(CoordinatorLogLevel::info,
-        "rebalanced '" + group + "': " + std::to_string(report.moves.size()) + " moves");
+        "rebalanced '" + group + "': " + std::to_string(report.moves.size()) + " moves" +
+            (report.moves_left ? ", " + std::to_string(report.moves_left) + " left for the next call" : ""));
     k(std::move(report));
   });
 }
 
-Future<RebalanceReport> Coordinator::Impl::rebalance(const std::string& group) {
-  return call<RebalanceReport>([this, group](Promise<RebalanceReport>& p) {
-    do_rebalance(group, [p = std::move(p)](Result<RebalanceReport> r) mutable {
+Future<RebalanceReport> Coordinator::Impl::rebalance(const std::string& group, std::size_t max_moves) {
+  return call<RebalanceReport>([this, group, max_moves](Promise<RebalanceReport>& p) {
+    do_rebalance(group, max_moves, [p = std::move(p)](Result<RebalanceReport> r) mutable {
       if (!r.ok()) return p.set_error(std::move(r).error());
       p.set_value(std::move(*r));
     });
   });
 }
 
-Future<std::vector<Move>> Coordinator::Impl::rebalance_all(const std::string& group) {
-  return call<std::vector<Move>>([this, group](Promise<std::vector<Move>>& p) {
-    do_rebalance(group, [p = std::move(p)](Result<RebalanceReport> r) mutable {
+Future<std::vector<Move>> Coordinator::Impl::rebalance_all(const std::string& group, std::size_t max_moves) {
+  return call<std::vector<Move>>([this, group, max_moves](Promise<std::vector<Move>>& p) {
+    do_rebalance(group, max_moves, [p = std::move(p)](Result<RebalanceReport> r) mutable {
       if (!r.ok()) return p.set_error(std::move(r).error());
       p.set_value(std::move(r->moves));
     });
   });
 }
 
-Future<RebalanceReport> Coordinator::rebalance(const std::string& group) { return impl_->rebalance(group); }
+Future<RebalanceReport> Coordinator::rebalance(const std::string& group, std::size_t max_moves) {
+  return impl_->rebalance(group, max_moves);
+}
 
 }  // namespace troupe::cluster

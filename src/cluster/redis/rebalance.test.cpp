@@ -59,6 +59,36 @@ TEST_F(RedisCoordinatorTest, TenUnitsAllOnOneOfSixMembersTakeEightMovesToEvenOut
   EXPECT_TRUE(again->empty());
 }
 
+// Seed 001's per-call cap: at most max_moves units move in one call, the
+// report counts the rest, and calls until none is left end where one
+// uncapped call would.
+// proves: W6
+TEST_F(RedisCoordinatorTest, ARebalanceWithAMoveCapMovesAtMostThatManyAndSaysHowManyAreLeft) {
+  auto& a = add_node("node-a");
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(await(a->assign("workers", "w" + std::to_string(i), "")).ok());
+  add_node("node-b");
+  ASSERT_TRUE(wait_until([&] { return a->members().size() == 2; }));
+  auto first = await(a->rebalance("workers", 2));
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  EXPECT_EQ(first->moves.size(), 2u);
+  EXPECT_EQ(first->moves_left, 3u);  // 10/0 needs 5 moves in all
+  auto second = await(a->rebalance("workers", 2));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->moves.size(), 2u);
+  EXPECT_EQ(second->moves_left, 1u);
+  auto rest = await(a->rebalance("workers"));
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->moves.size(), 1u);
+  EXPECT_EQ(rest->moves_left, 0u);
+  auto c = client();
+  EXPECT_EQ(count_of(*c, "workers", "node-a"), 5);
+  EXPECT_EQ(count_of(*c, "workers", "node-b"), 5);
+  auto none = await(a->rebalance("workers", 2));
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->moves.empty());
+  EXPECT_EQ(none->moves_left, 0u);
+}
+
 // For random placements over live and non-live members: the moves equal the
 // total surplus over the targets (q + 1 for the r members holding the most,
 // q for the rest), the result has max - min <= 1 over live members, and

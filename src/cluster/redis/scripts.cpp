@@ -512,10 +512,13 @@ for i, row in ipairs(rows) do
     for j = 1, surplus do pool[#pool + 1] = {units[j], row.id} end
   end
 end
+-- At most ARGV[4] moves per call when it is above 0 (seed 001's cap):
+-- the rest are left for the next call, and counted.
+local cap = tonumber(ARGV[4] or '0') or 0
 local moves, p = {}, 1
 for _, row in ipairs(rows) do
   local need = row.target - row.count
-  while need > 0 and p <= #pool do
+  while need > 0 and p <= #pool and (cap <= 0 or #moves < cap) do
     local unit, from = pool[p][1], pool[p][2]
     p = p + 1
     local a = parse_assign(redis.call('HGET', gkey(group, 'assign'), unit))
@@ -525,7 +528,7 @@ for _, row in ipairs(rows) do
   end
 end
 if #moves > 0 and ARGV[3] == '1' then redis.call('PUBLISH', EVENTS, 'moved ' .. group) end
-return {'OK', moves}
+return {'OK', moves, #pool - #moves}
 )lua";
 
 // ARGV: [2] group [3] unit
