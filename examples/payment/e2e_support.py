@@ -146,6 +146,39 @@ def payment_node(bin_dir, work, name, config, timeout=60):
     return n, int(m.group(1)), int(m.group(2))
 
 
+def fixed_port_node_config(work, name, *, api, admin, peer, gw_port, pg, schema, redis, prefix,
+                           drain_grace_ms, entity_shards, jobs_shards=6):
+    """The TOML of a clustered payment node on fixed ports (so it comes back
+    where a balancer or troupectl looks for it after a restart)."""
+    return f"""[node]
+id = "{name}"
+data_dir = "{work}/{name}-data"
+drain_grace_ms = {drain_grace_ms}
+[admin]
+port = {admin}
+[journal]
+backend = "postgres"
+postgres = "{pg.conninfo}"
+schema = "{schema}"
+[cluster]
+redis = "127.0.0.1:{redis.port}"
+key_prefix = "{prefix}"
+listen_port = {peer}
+heartbeat_ms = 500
+liveness_threshold_ms = 3000
+takeover_margin_ms = 500
+[jobs]
+shard_count = {jobs_shards}
+[entities]
+shard_count = {entity_shards}
+stop_timeout_ms = 5000
+[payment]
+port = {api}
+gateway = "127.0.0.1:{gw_port}"
+processing_timeout_ms = 5000
+"""
+
+
 def postgres_bin_dir():
     """The newest /usr/lib/postgresql/*/bin with initdb and pg_ctl, or None."""
     dirs = [d for d in glob.glob("/usr/lib/postgresql/*/bin")

@@ -40,8 +40,8 @@ import traceback
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_support import (Postgres, Proc, Redis, call, check, failures, finish, free_port, gateway,  # noqa: E402
-                         postgres_bin_dir, wait_until)
+from e2e_support import (Postgres, Proc, Redis, call, check, failures, finish,  # noqa: E402
+                         fixed_port_node_config, free_port, gateway, postgres_bin_dir, wait_until)
 
 # Fast and faultless: every settlement is approved, none hangs, so every
 # answer is the service's own.
@@ -60,33 +60,9 @@ class Node:
         self.proc = None
         self.config = f"{work}/{name}.toml"
         with open(self.config, "w") as f:
-            f.write(f"""[node]
-id = "{name}"
-data_dir = "{work}/{name}-data"
-drain_grace_ms = {DRAIN_GRACE_MS}
-[admin]
-port = {self.admin}
-[journal]
-backend = "postgres"
-postgres = "{pg.conninfo}"
-schema = "roll"
-[cluster]
-redis = "127.0.0.1:{redis.port}"
-key_prefix = "roll"
-listen_port = {self.peer}
-heartbeat_ms = 500
-liveness_threshold_ms = 3000
-takeover_margin_ms = 500
-[jobs]
-shard_count = 6
-[entities]
-shard_count = 32
-stop_timeout_ms = 5000
-[payment]
-port = {self.api}
-gateway = "127.0.0.1:{gw_port}"
-processing_timeout_ms = 5000
-""")
+            f.write(fixed_port_node_config(work, name, api=self.api, admin=self.admin, peer=self.peer,
+                                           gw_port=gw_port, pg=pg, schema="roll", redis=redis, prefix="roll",
+                                           drain_grace_ms=DRAIN_GRACE_MS, entity_shards=32))
 
     @property
     def log(self):

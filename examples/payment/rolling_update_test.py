@@ -37,8 +37,8 @@ import traceback
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_support import (Postgres, Redis, call, check, failures, finish, free_port, gateway,  # noqa: E402
-                         postgres_bin_dir, wait_until)
+from e2e_support import (Postgres, Redis, call, check, failures, finish, fixed_port_node_config,  # noqa: E402
+                         free_port, gateway, postgres_bin_dir, wait_until)
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/debug"
 TROUPECTL = sys.argv[2] if len(sys.argv) > 2 else f"{BIN}/troupectl"
@@ -57,33 +57,9 @@ class Node:
         self.log = f"{work}/{name}.log"
         self.config = f"{work}/{name}.toml"
         with open(self.config, "w") as f:
-            f.write(f"""[node]
-id = "{name}"
-data_dir = "{work}/{name}-data"
-drain_grace_ms = 500
-[admin]
-port = {self.admin}
-[journal]
-backend = "postgres"
-postgres = "{pg.conninfo}"
-schema = "{tag}"
-[cluster]
-redis = "127.0.0.1:{redis.port}"
-key_prefix = "{tag}"
-listen_port = {self.cluster}
-heartbeat_ms = 500
-liveness_threshold_ms = 3000
-takeover_margin_ms = 500
-[jobs]
-shard_count = 6
-[entities]
-shard_count = 16
-stop_timeout_ms = 5000
-[payment]
-port = {self.api}
-gateway = "127.0.0.1:{gw_port}"
-processing_timeout_ms = 5000
-""")
+            f.write(fixed_port_node_config(work, name, api=self.api, admin=self.admin, peer=self.cluster,
+                                           gw_port=gw_port, pg=pg, schema=tag, redis=redis, prefix=tag,
+                                           drain_grace_ms=500, entity_shards=16))
         self.write_restart_script(self.config)
         with open(f"{work}/start-{name}.sh", "w") as f:
             f.write(f"""#!/bin/sh
