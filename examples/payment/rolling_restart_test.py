@@ -188,6 +188,8 @@ def check_report(rep, gw_before, gw_after, round_no):
         worst = max(w["p99_ms"] or 0 for w in windows)
         print(f"  worst window / first window: {worst / windows[0]['p99_ms']:.2f}")
     print(f"  slowest: {rep.get('slowest')}")
+    if rep.get("first_error"):
+        print(f"  first error: {rep['first_error']}")
     check(set(pay) == {"200"}, f"round {round_no}: every payment answered 200 ({pay})")
     check(set(can) <= {"200"}, f"round {round_no}: every cancel answered 200 ({can})")
     for k in ("connection_errors", "payment_client_timeouts", "cancel_client_timeouts", "payment_other_errors",

@@ -44,11 +44,11 @@
 //     never delivered late);
 //   - or answered `unreachable`, "may or may not have been handled".
 // A command whose send finds the owner gone from the address book was not
-// sent at all: a tell or an idempotent ask waits for the next owner; a
-// non-idempotent ask is answered `unreachable` as before. Either way the
-// commands behind it wait for the shard to be located again, which is
-// retried with a growing pause (25 ms up to 0.5 s) while the directory still
-// names the departed node. Tells are never re-sent: a tell out on a lost
+// sent at all: a tell or an ask, idempotent or not, waits for the next
+// owner (a node that handed its shards off and left is seldom known gone
+// by every sender at once), and the commands behind it wait for the shard
+// to be located again, which is retried with a growing pause (25 ms up to
+// 0.5 s) while the directory still names the departed node. Tells are never re-sent: a tell out on a lost
 // connection is lost, as a tell to a local actor that stops may be.
 //
 // Order: commands from one sender to one entity arrive in the order sent —

@@ -277,6 +277,26 @@ TEST_F(Sharding, AnIdempotentAskIsNotSentAgainAfterItsAskerStoppedWaiting) {
   EXPECT_EQ(node("n1").region->stats().buffered, 0u);
 }
 
+// A sender may still name a shard's owner after that node left its address
+// book: it looked the shard up just before the owner handed it off and
+// left. Its ask was then never sent, so even one not declared idempotent
+// waits for the next owner instead of failing.
+// proves: C2
+TEST_F(Sharding, AnAskToAnOwnerAlreadyGoneFromTheAddressBookWaitsForTheNextOwner) {
+  boot({"n1", "n2", "n3"});
+  std::string id = entity_on("n3", "gone-");
+  node("n1").remoting->remove_peer("n3");  // n1 has heard that n3 left; its view of the shard not yet
+  auto dep = node("n1").region->ask<std::int64_t>(
+      id, [](ReplyTo<std::int64_t> r) { return test::Deposit{5, std::move(r)}; }, 10s);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(dep.ready()) << "answered while the directory still named the departed owner";
+  ASSERT_TRUE(placement->move("account", shard_of(id, 16), "n2").ok());
+  auto r = dep.get();
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r.value(), 5);
+  EXPECT_EQ(where(node("n2"), id), "n2 " + id + " 5");
+}
+
 // proves: X1
 TEST_F(Sharding, BadSettingsAreRefusedWithTheReason) {
   boot({"n1"});

@@ -127,10 +127,11 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
   // With sh.mu held and a phase of remote.
   void send_remote(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops);
 
-  // An idempotent ask out to another node, kept whole (with its reply
-  // target) so that it can be sent again if that node goes away before
-  // answering. Whoever claims it first owns `cmd`: the reply function, or
-  // send_idempotent() taking it back after a send that failed.
+  // An ask out to another node, kept whole (with its reply target) so that
+  // it can wait for the next owner if its send fails, or, if idempotent, be
+  // sent again if that node goes away before answering. Whoever claims it
+  // first owns `cmd`: the reply function, or send_ask() taking it back after
+  // a send that failed.
   struct InFlight {
     std::string id;
     std::string owner;
@@ -141,11 +142,11 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     bool claim() noexcept { return !claimed.exchange(true, std::memory_order_acq_rel); }
   };
   // With sh.mu held and a phase of remote; `cmd` has a pending reply target.
-  void send_idempotent(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops);
-  // The answer to an idempotent ask, or the failure that ended it.
+  void send_ask(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops);
+  // The answer to an ask sent by send_ask, or the failure that ended it.
   static void answered(const std::weak_ptr<RegionCore>& self, InFlight& f, Result<std::string_view> r);
-  // Sends an idempotent ask again after its owner died or left while it was
-  // out; `lost` is what its asker gets if it cannot be.
+  // Sends an ask again (see answered()); `lost` is what its asker gets if
+  // it cannot be.
   void resend(InFlight& f, Command cmd, Error lost, bool later = false);
   // A frame of the entity kinds from another node.
   Result<void> on_remote(std::string_view from, std::string_view rest, std::optional<ReplySink> sink);

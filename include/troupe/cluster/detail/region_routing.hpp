@@ -79,7 +79,10 @@ void RegionCore<B>::deliver_local(Shard& sh, std::string id, Command cmd) {
 // With sh.mu held and a phase of remote.
 template <class B>
 void RegionCore<B>::send_remote(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops) {
-  if (codecs.idempotent(cmd) && reply_pending(cmd)) return send_idempotent(sh, s, std::move(id), std::move(cmd), hops);
+  // An ask is kept whole until it is on its way: one that finds its owner
+  // gone from the address book was not sent, so it waits for the next
+  // owner whether or not it is idempotent.
+  if (reply_pending(cmd)) return send_ask(sh, s, std::move(id), std::move(cmd), hops);
   ByteWriter& w = scratch_writer();
   std::size_t id_at = begin_frame(w, s, hops, id);
   std::optional<PendingReply> reply;
@@ -116,7 +119,7 @@ void RegionCore<B>::send_remote(Shard& sh, std::uint32_t s, std::string id, Comm
 
 // With sh.mu held and a phase of remote; `cmd` has a pending reply target.
 template <class B>
-void RegionCore<B>::send_idempotent(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops) {
+void RegionCore<B>::send_ask(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops) {
   ByteWriter& w = scratch_writer();
   std::size_t id_at = begin_frame(w, s, hops, id);
   auto msg_id = codecs.encode(std::as_const(cmd), w);
@@ -158,7 +161,7 @@ void RegionCore<B>::send_idempotent(Shard& sh, std::uint32_t s, std::string id, 
   owner_gone(sh, s);
 }
 
-// The answer to an idempotent ask, or the failure that ended it.
+// The answer to an ask sent by send_ask, or the failure that ended it.
 template <class B>
 void RegionCore<B>::answered(const std::weak_ptr<RegionCore>& self, InFlight& f, Result<std::string_view> r) {
   // Read first: only the remoting layer failing a lost connection's or a
@@ -177,12 +180,16 @@ void RegionCore<B>::answered(const std::weak_ptr<RegionCore>& self, InFlight& f,
     fail_reply_target(cmd, r.ok() ? Error(ErrorCode::shutting_down, "the shard region is stopped") : r.error());
     return;
   }
-  if (lost || undelivered) return core->resend(f, std::move(cmd), std::move(r).error(), undelivered);
+  // Lost, only an idempotent ask may go again: any other may have been
+  // handled, and its asker gets the "may or may not" error.
+  if ((lost && core->codecs.idempotent(cmd)) || undelivered)
+    return core->resend(f, std::move(cmd), std::move(r).error(), undelivered);
   core->codecs.answer(cmd, std::move(r));
 }
 
-// Sends an idempotent ask again after its owner died or left while it was
-// out; `lost` is what its asker gets if it cannot be.
+// Sends an ask again after its owner died or left while it was out (an
+// idempotent one), or after its owner's node had no region to take it;
+// `lost` is what its asker gets if it cannot be.
 template <class B>
 void RegionCore<B>::resend(InFlight& f, Command cmd, Error lost, bool later) {
   // Its asker's timeout passed: nobody waits for it any more.
