@@ -9,9 +9,13 @@
 //   server -> worker  R <device> <seq> <value>     a reading
 //   server -> worker  GONE                         the device is not (or no longer) in the
 //                                                  fleet; the server closes the connection
-// A worker detaches by closing its connection (a killed worker's kernel
-// closes it at once). A first line that is not a HELLO, or over 600 bytes,
-// closes the connection.
+//   worker -> server  BYE                          detach (a worker that stops)
+//   server -> worker  BYE                          detached; the server closes the connection
+// A worker that stops says BYE and waits for the answer, so its device has
+// let it go before its unit is released to the next owner; a killed
+// worker's kernel closes its connection at once, which detaches it too. A
+// first line that is not a HELLO, or a line over 600 bytes, closes the
+// connection; other lines are ignored.
 //
 // The control API (HTTP):
 //   GET  /devices                  the fleet as a desired set (placement_source.hpp's format)
@@ -112,7 +116,6 @@ class DeviceServer {
     bool closed = false;
     std::deque<std::string> out;
     std::uint64_t seq = 0;
-    char scratch[256];
   };
 
   void accept() {
@@ -134,6 +137,7 @@ class DeviceServer {
                            [this, c](std::error_code ec, std::size_t n) {
                              if (ec) return close(c);
                              std::string line = c->in.substr(0, n - 1);
+                             c->in.erase(0, n);
                              if (!line.empty() && line.back() == '\r') line.pop_back();
                              hello(c, line);
                            });
@@ -157,12 +161,28 @@ class DeviceServer {
     watch(c);
   }
 
-  // Reads until the worker closes; what it sends after its HELLO is ignored.
+  // Reads the worker's lines until it says BYE or closes.
   void watch(const std::shared_ptr<Conn>& c) {
-    c->socket.async_read_some(asio::buffer(c->scratch), [this, c](std::error_code ec, std::size_t) {
-      if (ec) return close(c);
-      watch(c);
-    });
+    asio::async_read_until(c->socket, asio::dynamic_buffer(c->in, 600), '\n',
+                           [this, c](std::error_code ec, std::size_t n) {
+                             if (ec) return close(c);
+                             const std::string line = c->in.substr(0, n);
+                             c->in.erase(0, n);
+                             if (line != "BYE\n" && line != "BYE\r\n") return watch(c);
+                             detach(c);
+                             c->closing = true;
+                             send(c, "BYE\n");
+                           });
+  }
+
+  void detach(const std::shared_ptr<Conn>& c) {
+    if (!c->attached) return;
+    c->attached = false;
+    fleet_.detach(c->device, c->worker, Steady::now());
+    auto it = by_device_.find(c->device);
+    if (it == by_device_.end()) return;
+    it->second.erase(c);
+    if (it->second.empty()) by_device_.erase(it);
   }
 
   void send(const std::shared_ptr<Conn>& c, std::string line) {
@@ -183,14 +203,7 @@ class DeviceServer {
   void close(const std::shared_ptr<Conn>& c) {
     if (c->closed) return;
     c->closed = true;
-    if (c->attached) {
-      fleet_.detach(c->device, c->worker, Steady::now());
-      auto it = by_device_.find(c->device);
-      if (it != by_device_.end()) {
-        it->second.erase(c);
-        if (it->second.empty()) by_device_.erase(it);
-      }
-    }
+    detach(c);
     asio::error_code ignored;
     c->socket.shutdown(tcp::socket::shutdown_both, ignored);
     c->socket.close(ignored);
