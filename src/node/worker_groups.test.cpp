@@ -388,8 +388,10 @@ TEST(WorkerGroupNode, ABusyWorkerDelaysItsStopAndItsHandOff) {
   EXPECT_EQ(f.ledger->doubles, 0);
   EXPECT_GE(s["slow"].starts, 2);
   // On b1: asked, then stopped 800 ms later; on b2: started after that.
-  auto asked = s["slow"].stop_asked;
-  EXPECT_GE(s["slow"].started - asked, 750ms) << "the new owner waited for the busy worker";
+  const auto& slow = s["slow"];
+  ASSERT_NE(slow.stop_asked, std::chrono::steady_clock::time_point{}) << "the worker was told WorkerStop";
+  EXPECT_GE(slow.stopped - slow.stop_asked, 750ms) << "the busy worker finished its work first";
+  EXPECT_GE(slow.started, slow.stopped) << "the new owner waited for the busy worker to stop";
 }
 
 // proves: W9
