@@ -22,6 +22,7 @@
 #include "troupe/core/actor.hpp"
 #include "troupe/core/actor_system.hpp"
 #include "troupe/core/future.hpp"
+#include "troupe/node/workers.hpp"  // the contract; it includes this file at its end
 
 namespace troupe::node::detail {
 
