@@ -142,6 +142,7 @@ http::Router Node::Impl::routes() {
     out.respond(json_response(202, {{"node", node->config_.id}, {"draining", true}, {"already", was}}));
     if (!was) node->request_stop();
   });
+  add_worker_routes(r);
   auto asset = [](http::Request& req, http::Responder out) {
     auto a = detail::dashboard_asset(req.path);
     if (!a) {

@@ -2,6 +2,7 @@
 
 #include "troupe/node/config.hpp"
 
+#include "config_workers.hpp"
 #include "troupe/cluster/node_id.hpp"
 
 #include <charconv>
@@ -104,6 +105,20 @@ Result<std::chrono::milliseconds> ConfigReader::millis(std::string_view key, std
   return std::chrono::milliseconds(*v);
 }
 
+Result<std::vector<std::string>> ConfigReader::strings(std::string_view key) {
+  read_.emplace(key);
+  const toml::node* n = table_ ? table_->get(key) : nullptr;
+  std::vector<std::string> out;
+  if (!n) return out;
+  const std::string setting = name_ + "." + std::string(key);
+  if (!n->is_array()) return bad(setting + ": expected an array of strings, got " + type_name(*n));
+  for (const auto& e : *n->as_array()) {
+    if (!e.is_string()) return bad(setting + ": expected an array of strings, but one element is " + type_name(e));
+    out.push_back(e.as_string()->get());
+  }
+  return out;
+}
+
 Result<std::string> ConfigReader::choice(std::string_view key, std::string fallback,
                                          const std::vector<std::string>& choices) {
   auto v = string(key, std::move(fallback));
@@ -151,7 +166,7 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
   for (const auto& [k, v] : root) {
     std::string key(k.str());
     bool known = key == "node" || key == "admin" || key == "journal" || key == "cluster" || key == "entities" ||
-                 key == "jobs";
+                 key == "jobs" || key == "workers";
     bool app = false;
     for (const auto& a : app_tables) app = app || key == a;
     if (!known && !app) return fail(bad(key + ": unknown setting"));
@@ -180,6 +195,9 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     if (auto v = cluster::validate_app_version(version); !v.ok())
       return fail(bad("node.app_version: " + v.error().message()));
     c.app_version = version;
+    TROUPE_TRY(roles, r.strings("roles"));
+    if (auto v = detail::check_roles(roles, "node.roles"); !v.ok()) return fail(std::move(v).error());
+    c.roles = std::move(roles);
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
   }
   {
@@ -268,6 +286,12 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     TROUPE_TRY(shards, r.integer("shard_count", c.jobs.shard_count, 1, 4096));
     c.jobs.shard_count = static_cast<std::uint32_t>(shards);
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+  }
+  {
+    TROUPE_TRY(groups, detail::parse_worker_groups(root.get("workers")));
+    if (!groups.empty() && !c.cluster.enabled)
+      return fail(bad("workers: worker groups are placed through Redis and need a [cluster] table"));
+    c.workers = std::move(groups);
   }
 #undef TROUPE_TRY
   return c;

@@ -34,11 +34,13 @@ class LoadReceiver final : public Actor<NodeLoad> {
 
 Node::Node(NodeConfig config) : config_(std::move(config)), metrics_(std::make_shared<Metrics>()) {}
 
-Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
+Result<std::unique_ptr<Node>> Node::start(NodeConfig config, WorkerTypes workers) {
+  if (auto t = detail::WorkerGroups::check_types(config, workers); !t.ok()) return std::move(t).error();
   std::unique_ptr<Node> node(new Node(std::move(config)));
   node->impl_ = std::make_unique<Impl>();
   node->impl_->node = node.get();
   const NodeConfig& c = node->config_;
+  if (!c.workers.empty()) node->impl_->workers = std::make_unique<detail::WorkerGroups>(c, std::move(workers));
 
   std::error_code ec;
   std::filesystem::create_directories(c.data_dir, ec);
@@ -96,6 +98,7 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
     };
     cs.start_timeout = std::max<Duration>(c.cluster.liveness_threshold + c.cluster.takeover_margin + std::chrono::seconds(5),
                                           std::chrono::seconds(10));
+    if (node->impl_->workers) node->impl_->workers->prepare(cs);
     auto cl = cluster::Cluster::start(*node->system_, cs);
     if (!cl.ok()) {
       node->system_->shutdown();
@@ -110,6 +113,14 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
       node->system_->shutdown();
       return std::move(published).error();
     }
+    if (auto* w = node->impl_->workers.get()) {
+      if (auto r = w->start(*node->system_, node->cluster_->coordinator()); !r.ok()) {
+        w->stop();
+        node->cluster_.reset();
+        node->system_->shutdown();
+        return std::move(r).error();
+      }
+    }
   }
 
   Impl* impl = node->impl_.get();
@@ -118,8 +129,10 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config) {
   http::ServerSettings hs;
   hs.host = c.admin.host;
   hs.port = c.admin.port;
+  if (impl->workers) hs.max_body_bytes = std::max(hs.max_body_bytes, impl->workers->max_body_bytes());
   auto server = http::Server::start(hs, impl->routes());
   if (!server.ok()) {
+    if (impl->workers) impl->workers->stop();
     node->cluster_.reset();
     node->system_->shutdown();
     return Error(server.error().code(), "admin.port: " + server.error().message());
@@ -140,6 +153,7 @@ Node::~Node() {
   if (impl_->sampler.joinable()) impl_->sampler.join();
   if (impl_->admin) impl_->admin->stop();
   impl_->rebalancer.stop();
+  if (impl_->workers) impl_->workers->stop();
   cluster_.reset();
   if (system_) system_->shutdown();
   {

@@ -2,7 +2,7 @@
 // Node::Impl, the node's state behind include/troupe/node/node.hpp, shared
 // by the files that implement the node: node.cpp (start and stop),
 // admin_routes.cpp, sampler.cpp, node_metrics.cpp, cluster_views.cpp and
-// watched_services.cpp. Private to the node.
+// watched_services.cpp, worker_groups*.cpp. Private to the node.
 //
 // Threads: the actor system's workers; the journal's; the cluster's
 // (transport io, coordinator); the admin server's io thread, which runs
@@ -30,6 +30,7 @@
 #include "metered_journal.hpp"
 #include "one_job_executor.hpp"
 #include "troupe/node/node.hpp"
+#include "worker_groups.hpp"
 
 namespace troupe::node {
 
@@ -107,6 +108,8 @@ struct Node::Impl {
   bool sampler_stop = false;
   std::thread sampler;
   detail::OneJobExecutor rebalancer;  // runs POST /rebalance, one at a time
+  // The [[workers]] groups; null when the config declares none.
+  std::unique_ptr<detail::WorkerGroups> workers;
 
   void push_point(std::deque<double>& d, double v) {
     d.push_back(v);
@@ -124,6 +127,7 @@ struct Node::Impl {
   void run_sampler();
 
   http::Router routes();                 // admin_routes.cpp
+  void add_worker_routes(http::Router& r);  // worker_groups_routes.cpp
   void collect(MetricsWriter& w) const;  // node_metrics.cpp
 };
 

@@ -8,6 +8,7 @@
 //   threads = 0                   # actor worker threads; 0 = one per core
 //   drain_grace_ms = 3000         # SIGTERM / POST /drain: /ready 503 at once, serve this long, then hand off
 //   app_version = "2.3.1"         # shown to the other members and on the admin API
+//   roles = ["manager", "devices"]  # what this node hosts; none: every role
 //
 //   [admin]                       # the admin HTTP API and the dashboard
 //   host = "127.0.0.1"
@@ -36,6 +37,13 @@
 //
 //   [jobs]                        # job services started with Node::start_jobs
 //   shard_count = 16              # in a cluster: queue shards per service, the same on every node
+//
+//   [[workers]]                   # a worker group (workers.hpp); needs [cluster]
+//   group = "devices"
+//   type = "device"               # a worker type the application registers
+//   source = "file:devices.txt"   # | "http://host:port/path" | "webhook"
+//   sync_interval_ms = 10000
+//   roles = ["devices"]           # node roles that may host it; none: any node
 //
 // Tables the node does not know belong to the application: parse() refuses
 // them unless their names are passed as `app_tables`, and hands them over in
@@ -74,6 +82,8 @@ class ConfigReader {
   Result<bool> boolean(std::string_view key, bool fallback);
   Result<std::chrono::milliseconds> millis(std::string_view key, std::chrono::milliseconds fallback,
                                            std::chrono::milliseconds min, std::chrono::milliseconds max);
+  // An array of strings (empty if absent).
+  Result<std::vector<std::string>> strings(std::string_view key);
   // One of `choices`.
   Result<std::string> choice(std::string_view key, std::string fallback, const std::vector<std::string>& choices);
   bool has(std::string_view key) const;
@@ -128,6 +138,23 @@ struct JobsConfig {
   std::uint32_t shard_count = 16;
 };
 
+// One [[workers]] table: a worker group (doc/node.md, "Worker groups").
+struct WorkerGroupConfig {
+  std::string group;  // cluster::validate_group
+  std::string type;   // a worker type the application registers (WorkerTypes)
+  // Where the desired units come from: "file:PATH", "http://host[:port]/path"
+  // or "webhook" (POST /workers/{group}/sync bodies).
+  std::string source;
+  // How often a manager node reads the source (file, http).
+  std::chrono::milliseconds sync_interval{10'000};
+  // Bound on one read of an http source.
+  std::chrono::milliseconds source_timeout{5'000};
+  // The largest POST /workers/{group}/sync body taken (413 past it).
+  std::size_t max_body_bytes = 1u << 20;
+  // Node roles that may host the group; empty: any node.
+  std::vector<std::string> roles;
+};
+
 // The whole configuration. Value type (copies share the application's tables).
 struct NodeConfig {
   std::string id = "node-1";
@@ -140,11 +167,15 @@ struct NodeConfig {
   // The application's version, shown to the other members and on the
   // admin API: empty, or 1 to 64 of A-Z a-z 0-9 . _ + -.
   std::string app_version;
+  // What this node hosts and does ("manager": it syncs worker groups).
+  // Each 1 to 64 of A-Z a-z 0-9 . _ -. Empty: every role.
+  std::vector<std::string> roles;
   AdminConfig admin;
   JournalConfig journal;
   ClusterConfig cluster;
   EntitiesConfig entities;
   JobsConfig jobs;
+  std::vector<WorkerGroupConfig> workers;  // [[workers]] tables, in file order
   // The application's tables, by name (each a toml::table).
   std::map<std::string, std::shared_ptr<const toml::table>> app;
 

@@ -45,6 +45,7 @@
 #include "troupe/node/config.hpp"
 #include "troupe/net/http.hpp"
 #include "troupe/node/metrics.hpp"
+#include "troupe/node/workers.hpp"
 #include "troupe/patterns.hpp"
 #include "troupe/persist.hpp"
 #include "troupe/persist/postgres_journal.hpp"
@@ -124,8 +125,11 @@ class Node {
   // Brings the node up. Errors name what failed: the setting for bad
   // values, journal_failed with the database's message (PostgreSQL
   // unreachable: "journal.postgres: ..."), coordination_failed naming
-  // cluster.redis, the admin port in use. Nothing is left running on error.
-  static Result<std::unique_ptr<Node>> start(NodeConfig config);
+  // cluster.redis, the admin port in use, a [[workers]] group whose type
+  // `workers` does not register. Nothing is left running on error.
+  // `workers`: the worker types the config's [[workers]] groups name
+  // (troupe/node/workers.hpp).
+  static Result<std::unique_ptr<Node>> start(NodeConfig config, WorkerTypes workers = {});
   ~Node();
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;

@@ -1,0 +1,23 @@
+#pragma once
+// Parsing of the node's roles and [[workers]] tables, for config.cpp.
+// Private to the node.
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+#include "troupe/node/config.hpp"
+
+namespace troupe::node::detail {
+
+// Ok, or invalid_argument "<setting>: ..." for a role name that is not 1 to
+// 64 of A-Z a-z 0-9 . _ -, or one named twice.
+Result<void> check_roles(const std::vector<std::string>& roles, const std::string& setting);
+
+// The [[workers]] array of tables (`n` may be null: none). Errors name the
+// setting as "workers[<i>].<key>" (and the group once it is known).
+Result<std::vector<WorkerGroupConfig>> parse_worker_groups(const toml::node* n);
+
+}  // namespace troupe::node::detail
