@@ -96,20 +96,22 @@ http::Router Node::Impl::routes() {
                                         "this node runs alone (no [cluster] in its config): there is nothing to rebalance"));
       return;
     }
-    std::vector<std::string> names;
+    // (the name a move is reported under, the coordinator's group)
+    std::vector<std::pair<std::string, std::string>> names;
     {
       std::lock_guard lk(mu);
-      for (const auto& t : types) names.push_back(t.type);
-      names.insert(names.end(), job_queues.begin(), job_queues.end());
+      for (const auto& t : types) names.emplace_back(t.type, cluster::detail::shard_group(t.type));
+      for (const auto& q : job_queues) names.emplace_back(q, cluster::detail::shard_group(q));
     }
+    for (const auto& g : node->config_.workers) names.emplace_back("workers/" + g.group, g.group);
     // rebalance_all waits on Redis: off the io thread, on the one worker
     // the node joins before it stops the cluster. The Responder moves into
     // the job only if the worker takes it; otherwise it answers here.
     auto shared = std::make_shared<http::Responder>(std::move(out));
     bool taken = rebalancer.try_run([c, names, shared] {
       json moves = json::array();
-      for (const auto& type : names) {
-        auto f = c->coordinator().rebalance(cluster::detail::shard_group(type));
+      for (const auto& [type, group] : names) {
+        auto f = c->coordinator().rebalance(group);
         auto done = f.get();
         if (!done.ok()) {
           shared->respond(http::Response::error(503, std::string(to_string(done.error().code())), done.error().message()));
