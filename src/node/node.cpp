@@ -139,6 +139,11 @@ Node::~Node() {
   impl_->stop_cv.notify_all();
   if (impl_->sampler.joinable()) impl_->sampler.join();
   if (impl_->admin) impl_->admin->stop();
+  {
+    // A worker map read still out answers nobody now.
+    std::lock_guard lk(impl_->worker_map->mu);
+    impl_->worker_map->closed = true;
+  }
   impl_->rebalancer.stop();
   cluster_.reset();
   if (system_) system_->shutdown();
