@@ -307,7 +307,7 @@ TEST_F(TroupectlTest, ShardsOfATypeNoShardHasExitsOneNamingTheTypesThereAre) {
 TEST_F(TroupectlTest, WorkersAloneShowNoUnitsAndJobWorkersListTheJobServicesSlots) {
   auto r = ctl_here({"workers"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "no worker units: no worker group has units in Redis\n");
+  EXPECT_EQ(r.out, "no worker units: this node runs alone (no [cluster] in its config)\n");
   auto j = ctl_here({"workers", "--json"});
   ASSERT_EQ(j.code, 0) << j.err;
   json doc = json::parse(j.out, nullptr, false);

@@ -298,7 +298,8 @@ std::string render_workers(const json& c) {
   }
   std::string out;
   if (rows.empty()) {
-    out = "no worker units: no worker group has units in Redis\n";
+    out = cell(c, "mode") == "single" ? "no worker units: this node runs alone (no [cluster] in its config)\n"
+                                      : "no worker units: no worker group has units in Redis\n";
   } else {
     out = format_table({"GROUP", "UNIT", "OWNER", "EPOCH", "AGE"}, rows);
     out += std::to_string(rows.size()) + (rows.size() == 1 ? " unit in " : " units in ") +
