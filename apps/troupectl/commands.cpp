@@ -20,6 +20,7 @@
 #include "node_api.hpp"
 #include "troupe/net/http.hpp"
 #include "troupe/net/url.hpp"
+#include "troupe/node/node.hpp"
 
 namespace troupe::ctl {
 
@@ -120,9 +121,22 @@ Outcome<std::string> shards(const Options& o, const NodeApi& api) {
 
 Outcome<std::string> workers(const Options& o, const NodeApi& api) {
   return fetch_and(api, "GET", "/cluster", [&](const json& j) -> Outcome<std::string> {
-    if (o.json)
-      return pretty({{"node", detail::field(j, "node")}, {"workers", detail::array_field(j, "workers")}});
+    if (o.json) {
+      json doc = {{"node", detail::field(j, "node")},
+                  {"time_ms", detail::field(j, "time_ms")},
+                  {"workers", detail::array_field(j, "workers")}};
+      if (detail::field(j, "workers_error").is_string()) doc["workers_error"] = detail::field(j, "workers_error");
+      return pretty(doc);
+    }
     return detail::render_workers(j);
+  });
+}
+
+Outcome<std::string> job_workers(const Options& o, const NodeApi& api) {
+  return fetch_and(api, "GET", "/cluster", [&](const json& j) -> Outcome<std::string> {
+    if (o.json)
+      return pretty({{"node", detail::field(j, "node")}, {"job_workers", detail::array_field(j, "job_workers")}});
+    return detail::render_job_workers(j);
   });
 }
 
@@ -202,6 +216,9 @@ int run(const Options& o, std::ostream& out, std::ostream& err) {
       case Command::workers:
         result = workers(o, node);
         break;
+      case Command::job_workers:
+        result = job_workers(o, node);
+        break;
       case Command::rebalance:
         result = rebalance(o, node);
         break;
@@ -259,7 +276,7 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
   // Global options may also follow the command: troupectl members --json.
   app.fallthrough();
   app.require_subcommand(1);
-  app.set_version_flag("--version", "troupectl 0.1.0");
+  app.set_version_flag("--version", "troupectl " + std::string(troupe::node::Node::version()));
   app.footer(
       "Exit codes: 0 ok; 1 the node answered with an error (or the member or type asked for is not there);\n"
       "2 the node could not be reached or answered too late, or bad usage.");
@@ -281,7 +298,9 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
       {"status", "the node: mode, state, health, uptime, entity types, counters, patterns", Command::status},
       {"members", "the members of the cluster and their load", Command::members},
       {"shards", "which member owns which shards, per entity type", Command::shards},
-      {"workers", "which member runs which worker of each worker group", Command::workers},
+      {"workers", "the worker map: which member runs each unit of every worker group, from Redis",
+       Command::workers},
+      {"job-workers", "this node's job services' worker slots and what each is doing", Command::job_workers},
       {"rebalance", "spread the shards evenly over the live members (cluster only)", Command::rebalance},
       {"drain", "make a node leave gracefully: stop taking work, hand over its shards, stop", Command::drain},
       {"entity", "one entity: its state and whether it is in a processing episode", Command::entity},
@@ -307,7 +326,8 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
     // CLI11 reports a misspelt command as "a subcommand is required"; name it.
     if (app.get_subcommands().empty() && !app.remaining().empty() && e.get_exit_code() != 0) {
       err << "troupectl: unknown command '" << app.remaining().front()
-          << "' (commands: status, members, shards, workers, rebalance, drain, entity, rolling-update)\n"
+          << "' (commands: status, members, shards, workers, job-workers, rebalance, drain, entity, "
+             "rolling-update)\n"
           << "Run with --help for more information.\n";
       return exit_unreachable_or_usage;
     }

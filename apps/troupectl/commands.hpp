@@ -39,7 +39,7 @@ enum ExitCode : int {
   exit_unreachable_or_usage = 2,
 };
 
-enum class Command { status, members, shards, workers, rebalance, drain, entity, rolling_update };
+enum class Command { status, members, shards, workers, job_workers, rebalance, drain, entity, rolling_update };
 
 // What `rolling-update` does (doc/troupectl.md): for each node in turn, run
 // the restart command, wait until a new process answers /ready 200,
@@ -114,7 +114,11 @@ std::string format_duration(double seconds);
 // the answer of POST /rebalance, `entity` of GET /entities/{type}/{id}.
 std::string render_status(const nlohmann::json& overview);
 std::string render_members(const nlohmann::json& overview);
+// The worker groups' units (group, unit, owner, epoch, age), a count, and
+// a line when the node's last read from Redis failed.
 std::string render_workers(const nlohmann::json& cluster);
+// The node's job services' worker slots (service, slot, state, owner).
+std::string render_job_workers(const nlohmann::json& cluster);
 std::string render_rebalance(const nlohmann::json& moves);
 std::string render_entity(const nlohmann::json& entity);
 // What `shards` shows, as JSON: per type and owner the shard count and list

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "../../src/cluster/redis/redis_test_server.hpp"
 #include "../../src/node/tally_test_entity.hpp"
 #include "commands.hpp"
 #include "run_tool.test.hpp"
@@ -177,7 +179,7 @@ TEST_F(TroupectlTest, StatusShowsTheNodeItsEntityTypesCountersAndPatterns) {
   EXPECT_TRUE(has_row(r.out, {"node", "n1"})) << r.out;
   EXPECT_TRUE(has_row(r.out, {"mode", "single"})) << r.out;
   EXPECT_TRUE(has_row(r.out, {"state", "ready"})) << r.out;
-  EXPECT_TRUE(has_row(r.out, {"version", "0.1.0"})) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"version", std::string(Node::version())})) << r.out;
   EXPECT_TRUE(has_row(r.out, {"members", "1", "(1", "alive)"})) << r.out;
   EXPECT_TRUE(has_row(r.out, {"TYPE", "ACTIVE", "PROCESSING", "PASSIVATIONS", "SHARDS", "EVENTS"})) << r.out;
   EXPECT_TRUE(has_row(r.out, {"tally", "4", "1", "0", "1", "5"})) << r.out;
@@ -300,15 +302,101 @@ TEST_F(TroupectlTest, ShardsOfATypeNoShardHasExitsOneNamingTheTypesThereAre) {
   EXPECT_EQ(r.err, "troupectl: no shards of type 'nope' in the shard map of n1 (types: tally)\n");
 }
 
-TEST_F(TroupectlTest, WorkersListsTheUnitsOfEachWorkerGroupWithTheirOwner) {
+// Alone, the node has no worker map; its job service's slots are job
+// workers, shown by their own command.
+TEST_F(TroupectlTest, WorkersAloneShowNoUnitsAndJobWorkersListTheJobServicesSlots) {
   auto r = ctl_here({"workers"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "GROUP       UNIT       OWNER\njobs/mail   worker-0   n1\njobs/mail   worker-1   n1\n");
+  EXPECT_EQ(r.out, "no worker units: this node runs alone (no [cluster] in its config)\n");
   auto j = ctl_here({"workers", "--json"});
   ASSERT_EQ(j.code, 0) << j.err;
   json doc = json::parse(j.out, nullptr, false);
-  ASSERT_EQ(doc["workers"].size(), 2u);
-  EXPECT_EQ(doc["workers"][1], (json{{"group", "jobs/mail"}, {"unit", "worker-1"}, {"owner", "n1"}}));
+  EXPECT_EQ(doc["node"], "n1");
+  EXPECT_EQ(doc["workers"], json::array());
+
+  auto jw = ctl_here({"job-workers"});
+  ASSERT_EQ(jw.code, 0) << jw.err;
+  EXPECT_EQ(jw.out, "SERVICE   SLOT       STATE   OWNER\nmail      worker-0   idle    n1\nmail      worker-1   idle    n1\n");
+  auto jj = ctl_here({"job-workers", "--json"});
+  ASSERT_EQ(jj.code, 0) << jj.err;
+  json jdoc = json::parse(jj.out, nullptr, false);
+  ASSERT_EQ(jdoc["job_workers"].size(), 2u);
+  EXPECT_EQ(jdoc["job_workers"][1],
+            (json{{"service", "mail"}, {"slot", "worker-1"}, {"state", "idle"}, {"owner", "n1"}}));
+}
+
+TEST(TroupectlViews, WorkersShowGroupUnitOwnerEpochAndAgeAndSayWhenTheReadFailed) {
+  json c = {{"node", "a"},
+            {"time_ms", 1'000'000},
+            {"workers",
+             {{{"group", "devices"}, {"unit", "d1"}, {"owner", "a"}, {"epoch", 7}, {"since", 1'000'000 - 65'000}},
+              {{"group", "devices"}, {"unit", "d2"}, {"owner", "b"}, {"epoch", 9}, {"since", 1'000'000 - 1'500},
+               {"handing_off_from", "a"}},
+              {{"group", "sensors"}, {"unit", "s1"}, {"owner", "b"}, {"epoch", 3}}}}};
+  const std::string table = ctl::detail::render_workers(c);
+  EXPECT_TRUE(has_row(table, {"GROUP", "UNIT", "OWNER", "EPOCH", "AGE"})) << table;
+  EXPECT_TRUE(has_row(table, {"devices", "d1", "a", "7", "1m", "05s"})) << table;
+  EXPECT_TRUE(has_row(table, {"devices", "d2", "b", "(from", "a)", "9", "1.5s"})) << table;
+  EXPECT_TRUE(has_row(table, {"sensors", "s1", "b", "3", "—"})) << table;
+  EXPECT_TRUE(has_row(table, {"3", "units", "in", "2", "groups"})) << table;
+  EXPECT_EQ(table.find("not current"), std::string::npos);
+  c["workers_error"] = "coordination_failed: not connected to Redis at 127.0.0.1:6379 (reconnecting)";
+  EXPECT_NE(ctl::detail::render_workers(c).find("not current: coordination_failed: not connected to Redis"),
+            std::string::npos);
+}
+
+// A node of a real cluster (Redis) shows the units a coordinator placed,
+// each with the owner and epoch Redis holds.
+// proves: W9
+TEST(TroupectlCluster, WorkersPrintTheUnitsPlacedInRedisWithTheirOwnersAndEpochs) {
+  troupe::test::RedisTestServer redis;
+  auto dir = std::filesystem::temp_directory_path() / ("troupectl-cluster-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto cfg = NodeConfig::parse("[node]\nid = \"c1\"\ndata_dir = \"" + dir.string() +
+                                   "\"\nthreads = 2\n[admin]\nport = 0\n[journal]\nbackend = \"memory\"\n"
+                                   "[cluster]\nredis = \"127.0.0.1:" + std::to_string(redis.port()) +
+                                   "\"\nlisten_port = 0\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
+                                   "takeover_margin_ms = 200\n",
+                               "c1.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+  auto n = Node::start(std::move(*cfg));
+  ASSERT_TRUE(n.ok()) << n.error().to_string();
+  auto& coord = (*n)->cluster()->coordinator();
+  std::map<std::string, std::uint64_t> epochs;
+  for (const std::string unit : {"dev-a", "dev-b", "dev-c"}) {
+    auto p = coord.assign("devices", unit, "").get();
+    ASSERT_TRUE(p.ok()) << p.error().to_string();
+    epochs[unit] = p->assignment.epoch;
+  }
+  const std::string url = "http://127.0.0.1:" + std::to_string((*n)->admin_port());
+  auto r = troupectl({"--node", url, "workers"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(lines(r.out).size(), 5u) << r.out;
+  EXPECT_TRUE(has_row(r.out, {"GROUP", "UNIT", "OWNER", "EPOCH", "AGE"})) << r.out;
+  for (const auto& [unit, epoch] : epochs) {
+    bool found = false;
+    for (const auto& l : lines(r.out)) {
+      auto w = words(l);
+      if (w.size() == 5 && w[1] == unit) {
+        found = true;
+        EXPECT_EQ(w[0], "devices") << l;
+        EXPECT_EQ(w[2], "c1") << l;
+        EXPECT_EQ(w[3], std::to_string(epoch)) << l;
+      }
+    }
+    EXPECT_TRUE(found) << unit << " in\n" << r.out;
+  }
+  EXPECT_EQ(lines(r.out).back(), "3 units in 1 group");
+  auto j = troupectl({"--node", url, "workers", "--json"});
+  ASSERT_EQ(j.code, 0) << j.err;
+  json doc = json::parse(j.out, nullptr, false);
+  ASSERT_EQ(doc["workers"].size(), 3u) << j.out;
+  EXPECT_EQ(doc["workers"][0]["unit"], "dev-a");
+  EXPECT_EQ(doc["workers"][0]["owner"], "c1");
+  EXPECT_EQ(doc["workers"][0]["epoch"], epochs["dev-a"]);
+  EXPECT_TRUE(doc["workers"][0]["since"].is_number_integer());
+  n->reset();
+  std::filesystem::remove_all(dir);
 }
 
 // --- rebalance and entity ---------------------------------------------------------------
@@ -533,7 +621,7 @@ TEST(TroupectlUsage, HelpAndVersionExitZero) {
   EXPECT_NE(help.out.find("Exit codes"), std::string::npos) << help.out;
   auto version = troupectl({"--version"});
   EXPECT_EQ(version.code, 0);
-  EXPECT_EQ(version.out, "troupectl 0.1.0\n");
+  EXPECT_EQ(version.out, "troupectl " + std::string(Node::version()) + "\n");
 }
 
 // --- building blocks ----------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // troupectl's views: the admin API's JSON documents as aligned text tables
-// (status, members, shards, workers, a rebalance's moves, one entity), and
+// (status, members, shards, workers, job workers, a rebalance's moves, one
+// entity), and
 // the text helpers they share. See commands.hpp.
 //
 // The JSON shapes read here are the admin API's, as Node::overview(),
@@ -282,11 +283,39 @@ std::string render_members(const json& o) {
 }
 
 std::string render_workers(const json& c) {
+  // Ages on the node's clock: its time_ms less each unit's since.
+  const auto now = int_field(c, "time_ms");
   std::vector<std::vector<std::string>> rows;
-  for (const auto& w : array_field(c, "workers"))
-    rows.push_back({cell(w, "group"), cell(w, "unit"), cell(w, "owner")});
-  if (rows.empty()) return "no workers\n";
-  return format_table({"GROUP", "UNIT", "OWNER"}, rows);
+  std::set<std::string> groups;
+  for (const auto& w : array_field(c, "workers")) {
+    const auto since = int_field(w, "since");
+    std::string age = "—";
+    if (now && since) age = format_duration(static_cast<double>(std::max<std::int64_t>(0, *now - *since)) / 1000.0);
+    std::string owner = cell(w, "owner");
+    if (field(w, "handing_off_from").is_string()) owner += " (from " + cell(w, "handing_off_from") + ")";
+    rows.push_back({cell(w, "group"), cell(w, "unit"), owner, cell(w, "epoch"), age});
+    groups.insert(cell(w, "group"));
+  }
+  std::string out;
+  if (rows.empty()) {
+    out = cell(c, "mode") == "single" ? "no worker units: this node runs alone (no [cluster] in its config)\n"
+                                      : "no worker units: no worker group has units in Redis\n";
+  } else {
+    out = format_table({"GROUP", "UNIT", "OWNER", "EPOCH", "AGE"}, rows);
+    out += std::to_string(rows.size()) + (rows.size() == 1 ? " unit in " : " units in ") +
+           std::to_string(groups.size()) + (groups.size() == 1 ? " group\n" : " groups\n");
+  }
+  // The last read from Redis failed: these are the units read before it.
+  if (field(c, "workers_error").is_string()) out += "not current: " + cell(c, "workers_error") + "\n";
+  return out;
+}
+
+std::string render_job_workers(const json& c) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& w : array_field(c, "job_workers"))
+    rows.push_back({cell(w, "service"), cell(w, "slot"), cell(w, "state"), cell(w, "owner")});
+  if (rows.empty()) return "no job workers: this node runs no job service\n";
+  return format_table({"SERVICE", "SLOT", "STATE", "OWNER"}, rows);
 }
 
 std::string render_rebalance(const json& r) {

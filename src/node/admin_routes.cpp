@@ -4,6 +4,7 @@
 // answer later from an ask's completion or the rebalance worker.
 
 #include <algorithm>
+#include <limits>
 
 #include "dashboard/assets.hpp"
 #include "node_impl.hpp"
@@ -41,11 +42,24 @@ http::Router Node::Impl::routes() {
     resp.body = node->metrics_->scrape();
     out.respond(std::move(resp));
   });
+  // Both documents are built here, on this thread; the worker map in them
+  // is refreshed from Redis first when the cached one is over a second old,
+  // and the answer goes from that read's completion (never blocking here).
   r.add("GET", "/cluster", [this](http::Request&, http::Responder out) {
-    out.respond(json_response(200, node->cluster_view()));
+    auto doc = std::make_shared<json>(node->cluster_view());
+    auto shared = std::make_shared<http::Responder>(std::move(out));
+    with_worker_map([this, doc, shared] {
+      fill_workers(*doc, std::numeric_limits<std::size_t>::max());
+      shared->respond(json_response(200, *doc));
+    });
   });
   r.add("GET", "/api/overview", [this](http::Request&, http::Responder out) {
-    out.respond(json_response(200, node->overview()));
+    auto doc = std::make_shared<json>(node->overview());
+    auto shared = std::make_shared<http::Responder>(std::move(out));
+    with_worker_map([this, doc, shared] {
+      fill_workers(*doc, detail::WorkerMap::kOverviewUnits);
+      shared->respond(json_response(200, *doc));
+    });
   });
   r.add("GET", "/entities/{type}/{id}", [this](http::Request& req, http::Responder out) {
     std::string type = req.params["type"];

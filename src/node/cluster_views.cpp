@@ -1,12 +1,18 @@
 // The node's views for people: GET /cluster (members, shard placement,
-// job workers) and GET /api/overview, the dashboard's one document
-// (health, entity types, processing entities, members' loads, pattern
-// totals and the sampled series).
+// the worker groups' units, this node's job workers) and GET
+// /api/overview, the dashboard's one document (health, entity types,
+// processing entities, members' loads, pattern totals and the sampled
+// series).
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "node_impl.hpp"
+
+#ifndef TROUPE_VERSION
+#error "TROUPE_VERSION (the CMake project's version) must be defined by the build"
+#endif
 
 namespace troupe::node {
 
@@ -16,15 +22,23 @@ json number_or_null(double v) { return std::isnan(v) ? json(nullptr) : json(v); 
 
 }  // namespace
 
+std::string_view Node::version() noexcept { return TROUPE_VERSION; }
+
 nlohmann::json Node::cluster_view() const {
   json members = json::array();
-  json workers = json::array();
   if (cluster_) {
-    for (const auto& m : cluster_->coordinator().members()) {
+    auto& coord = cluster_->coordinator();
+    const bool fenced = coord.is_fenced();
+    for (const auto& m : coord.members()) {
+      // members() lists the members live at this node's last heartbeat;
+      // one past the threshold there, or this node once it is fenced (its
+      // own view is then no longer current), is not alive.
+      const bool self = m.id == config_.id;
+      const bool alive = m.heartbeat_age <= config_.cluster.liveness_threshold && !(self && fenced);
       members.push_back({{"id", m.id},
                          {"address", m.address.host + ":" + std::to_string(m.address.port)},
-                         {"alive", true},
-                         {"self", m.id == config_.id},
+                         {"alive", alive},
+                         {"self", self},
                          {"heartbeat_age_ms", std::chrono::duration_cast<std::chrono::milliseconds>(m.heartbeat_age).count()},
                          {"app_version", m.app_version}});
     }
@@ -33,6 +47,7 @@ nlohmann::json Node::cluster_view() const {
         {{"id", config_.id}, {"address", nullptr}, {"alive", true}, {"self", true}, {"app_version", config_.app_version}});
   }
   json shards;
+  json job_workers = json::array();
   {
     std::lock_guard lk(impl_->mu);
     if (cluster_) {
@@ -42,26 +57,35 @@ nlohmann::json Node::cluster_view() const {
       for (const auto& t : impl_->types) shards.push_back({{"type", t.type}, {"shard", 0}, {"owner", config_.id}, {"epoch", 0}});
     }
     for (const auto& [name, service] : impl_->jobs) {
-      // The worker slots running here: settings().workers for one node's
-      // service; for a cluster-wide one, that many per queue shard hosted.
+      // The job service's worker slots running here: settings().workers for
+      // one node's service; for a cluster-wide one, that many per queue
+      // shard hosted. The service counts busy and free slots, not which:
+      // the first `active` show as running.
       const JobStats st = service.stats();
       for (std::uint64_t i = 0; i < st.active + st.idle; ++i)
-        workers.push_back({{"group", "jobs/" + name}, {"unit", "worker-" + std::to_string(i)}, {"owner", config_.id}});
+        job_workers.push_back({{"service", name},
+                               {"slot", "worker-" + std::to_string(i)},
+                               {"state", i < st.active ? "running" : "idle"},
+                               {"owner", config_.id}});
     }
   }
-  return {{"node", config_.id},
-          {"mode", cluster_ ? "cluster" : "single"},
-          {"members", members},
-          {"shards", shards},
-          {"workers", workers}};
+  json out = {{"node", config_.id},
+              {"mode", cluster_ ? "cluster" : "single"},
+              {"time_ms", detail::wall_ms()},
+              {"members", members},
+              {"shards", shards},
+              {"job_workers", job_workers}};
+  impl_->fill_workers(out, std::numeric_limits<std::size_t>::max());
+  return out;
 }
 
 nlohmann::json Node::overview() const {
   json out = cluster_view();
+  impl_->fill_workers(out, detail::WorkerMap::kOverviewUnits);
   json h = health();
   out["health"] = {{"status", h["status"]}, {"services", h["services"]}};
   auto sys = system_->stats();
-  out["version"] = "0.1.0";
+  out["version"] = version();
   out["uptime_s"] = std::chrono::duration<double>(Clock::now() - impl_->started).count();
   out["time_ms"] = detail::wall_ms();
   out["ready"] = ready();

@@ -152,6 +152,11 @@ Node::~Node() {
   impl_->stop_cv.notify_all();
   if (impl_->sampler.joinable()) impl_->sampler.join();
   if (impl_->admin) impl_->admin->stop();
+  {
+    // A worker map read still out answers nobody now.
+    std::lock_guard lk(impl_->worker_map->mu);
+    impl_->worker_map->closed = true;
+  }
   impl_->rebalancer.stop();
   if (impl_->workers) impl_->workers->stop();
   cluster_.reset();

@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -822,10 +824,115 @@ TEST(NodeCluster, StartJobsOnEveryNodeOfASharedJournalShardsTheQueueAndEveryNode
   EXPECT_EQ(j2->stats().idle, 8u) << "on the four shards, two of them taken over";
   EXPECT_TRUE(j2->health().ok()) << j2->health().error().to_string();
   EXPECT_EQ(admin_call(n2->admin_port(), "GET", "/health").first, 200);
+  // The queue's shards are shard groups ("shards/jobs/refunds"), shown under
+  // "shards"; the worker map has no worker group to show. The job service's
+  // slots are job workers, all on this node.
+  auto view = admin_call(n2->admin_port(), "GET", "/cluster").second;
+  EXPECT_EQ(view["workers"], json::array()) << view.dump();
+  ASSERT_EQ(view["job_workers"].size(), 8u) << view.dump();
+  for (const auto& w : view["job_workers"]) {
+    EXPECT_EQ(w["service"], "refunds");
+    EXPECT_EQ(w["owner"], "b2");
+  }
   j2.reset();
   n2.reset();
   j1.reset();
   n1.reset();
+}
+
+// The worker map is the placement in Redis: units a real coordinator placed
+// in two worker groups show on either node with the owner and epoch Redis
+// holds, the shard groups do not, and a move shows once the one-second
+// cache has passed. The overview carries the first 500 units and the total.
+// proves: W9
+TEST(NodeCluster, TheWorkerMapShowsTheUnitsACoordinatorPlacedWithTheirOwnersAndEpochs) {
+  ClusterScratch scratch("troupe-node-worker-map");
+  auto [n1, t1] = start_tally_node(scratch.config("m1"));
+  auto [n2, t2] = start_tally_node(scratch.config("m2"));
+  auto& coord = n1->cluster()->coordinator();
+  ASSERT_TRUE(eventually([&] { return coord.members().size() == 2; }));
+  // Shards of the tally type exist too: they must not show as workers.
+  ASSERT_TRUE(t1.ask<std::int64_t>("k", [](troupe::ReplyTo<std::int64_t> r) { return Add{1, std::move(r)}; }, 10s)
+                  .get()
+                  .ok());
+  std::vector<troupe::Future<troupe::cluster::Placement>> placing;
+  for (int i = 0; i < 10; ++i) placing.push_back(coord.assign("devices", "dev-" + std::to_string(i), "{}"));
+  for (int i = 0; i < 600; ++i) placing.push_back(coord.assign("sensors", "s" + std::to_string(1000 + i), ""));
+  for (auto& f : placing) ASSERT_TRUE(f.get().ok());
+
+  auto [status, view] = admin_call(n2->admin_port(), "GET", "/cluster");
+  ASSERT_EQ(status, 200);
+  ASSERT_EQ(view["workers"].size(), 610u) << view["workers_error"];
+  EXPECT_EQ(view["workers_total"], 610);
+  EXPECT_FALSE(view.contains("workers_error")) << view["workers_error"];
+  std::map<std::string, int> owners;
+  for (const auto& w : view["workers"]) {
+    const std::string group = w["group"];
+    ASSERT_TRUE(group == "devices" || group == "sensors") << w.dump();
+    auto a = coord.assignment(group, w["unit"]).get();
+    ASSERT_TRUE(a.ok() && a->has_value()) << w.dump();
+    EXPECT_EQ(w["owner"], (*a)->owner) << w.dump();
+    EXPECT_EQ(w["epoch"], (*a)->epoch) << w.dump();
+    EXPECT_EQ(w["since"], std::chrono::duration_cast<std::chrono::milliseconds>((*a)->updated.time_since_epoch()).count());
+    ++owners[w["owner"]];
+  }
+  EXPECT_EQ(owners.size(), 2u) << "placed on both members";
+  EXPECT_EQ(view["workers"][0]["unit"], "dev-0") << "by group, then unit";
+
+  auto overview = admin_call(n2->admin_port(), "GET", "/api/overview").second;
+  EXPECT_EQ(overview["workers"].size(), 500u);
+  EXPECT_EQ(overview["workers_total"], 610);
+
+  // A move shows, once the cached read is over a second old.
+  auto moved = coord.relocate("devices", "dev-3", true).get();
+  ASSERT_TRUE(moved.ok()) << moved.error().to_string();
+  ASSERT_TRUE(coord.unassign("devices", "dev-4").get().ok());
+  json dev3;
+  ASSERT_TRUE(eventually([&] {
+    auto v = admin_call(n2->admin_port(), "GET", "/cluster").second;
+    dev3 = json();
+    for (const auto& w : v["workers"])
+      if (w["unit"] == "dev-3") dev3 = w;
+    return v["workers"].size() == 609u && dev3["epoch"] == moved->assignment.epoch;
+  })) << dev3.dump();
+  EXPECT_EQ(dev3["owner"], moved->assignment.owner);
+  EXPECT_TRUE(dev3["handing_off_from"].is_string()) << "the old owner is live: a hand-off shows";
+
+  // Members: alive from the coordinator's view, with their heartbeat age.
+  for (const auto& m : view["members"]) {
+    EXPECT_EQ(m["alive"], true) << m.dump();
+    EXPECT_LE(m["heartbeat_age_ms"].get<std::int64_t>(), 1000) << m.dump();
+  }
+  n2.reset();
+  n1.reset();
+}
+
+// Alone, a node has no worker map; its job service's slots are job
+// workers, and the version is the build's (project() in CMakeLists.txt).
+// proves: W9
+TEST_F(NodeTest, AloneTheWorkerMapIsEmptyTheJobWorkersAreListedAndTheVersionIsTheBuilds) {
+  start();
+  troupe::JobSettings js;
+  js.name = "mail";
+  js.workers = 3;
+  auto jobs = node_->start_jobs(js, send_translator(), send_workers());
+  ASSERT_TRUE(jobs.ok()) << jobs.error().to_string();
+  auto view = call_json("GET", "/cluster", 200);
+  EXPECT_EQ(view["workers"], json::array());
+  EXPECT_EQ(view["workers_total"], 0);
+  ASSERT_EQ(view["job_workers"].size(), 3u) << view.dump();
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(view["job_workers"][i], (json{{"service", "mail"}, {"slot", "worker-" + std::to_string(i)},
+                                            {"state", "idle"}, {"owner", "n1"}}));
+
+  std::ifstream cmake(std::string(TROUPE_SOURCE_DIR) + "/CMakeLists.txt");
+  std::string text((std::istreambuf_iterator<char>(cmake)), std::istreambuf_iterator<char>());
+  const std::string key = "project(troupe VERSION ";
+  auto at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  const std::string built = text.substr(at + key.size(), text.find(' ', at + key.size()) - at - key.size());
+  EXPECT_EQ(Node::version(), built);
+  EXPECT_EQ(call_json("GET", "/api/overview", 200)["version"], built);
 }
 
 }  // namespace

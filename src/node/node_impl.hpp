@@ -9,15 +9,18 @@
 // every handler (handlers only read counters and answer at once, or start
 // an ask whose completion answers from another thread); the rebalance
 // worker, started by the first POST /rebalance, which runs one rebalance at
-// a time; and one sampler thread that once a second turns running totals
-// into the dashboard's series and refreshes the cluster's shard map from
-// Redis.
+// a time; the coordinator's thread, which ends the worker map's reads from
+// Redis and answers the requests that waited for them; and one sampler
+// thread that once a second turns running totals into the dashboard's
+// series and refreshes the cluster's shard map from Redis.
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <set>
@@ -52,6 +55,26 @@ struct LoadBoard {
 
 // The remoting inbox every member receives the others' load reports on.
 inline constexpr const char* kLoadInbox = "troupe.node.load";
+
+// The worker map: the worker groups' units as last read from Redis (a
+// bulk read per group), shared by the admin handlers and the read's
+// completion on the coordinator thread. Thread-safe (mu).
+struct WorkerMap {
+  // How long a read answers every request: the dashboard polls once a
+  // second, so this bounds the reads to about one a second per node.
+  static constexpr std::chrono::milliseconds kFresh{1000};
+  // The dashboard polls the overview once a second: it carries this many
+  // units (the map's first, by group then unit) and the total; GET /cluster
+  // carries them all.
+  static constexpr std::size_t kOverviewUnits = 500;
+  std::mutex mu;
+  nlohmann::json units = nlohmann::json::array();  // {group, unit, owner, epoch, since[, handing_off_from]}
+  std::string error;                               // the last read's failure; empty when it succeeded
+  std::chrono::steady_clock::time_point read_at{};  // when the last read ended (epoch: never)
+  bool reading = false;
+  bool closed = false;  // the node is stopping: run no more waiters
+  std::vector<std::function<void()>> waiters;  // to run when the read in flight ends
+};
 
 }  // namespace detail
 
@@ -110,6 +133,7 @@ struct Node::Impl {
   detail::OneJobExecutor rebalancer;  // runs POST /rebalance, one at a time
   // The [[workers]] groups; null when the config declares none.
   std::unique_ptr<detail::WorkerGroups> workers;
+  std::shared_ptr<detail::WorkerMap> worker_map = std::make_shared<detail::WorkerMap>();
 
   void push_point(std::deque<double>& d, double v) {
     d.push_back(v);
@@ -125,6 +149,16 @@ struct Node::Impl {
   // without `mu` held (a check may take locks of its own).
   std::vector<std::pair<std::string, Result<void>>> check_health() const;
   void run_sampler();
+
+  // Runs `k` once the worker map is fresh: at once from the cache, or when
+  // a bulk read started now (or already in flight) ends, on the thread
+  // that ends it. Never blocks (cluster_views.cpp).
+  void with_worker_map(std::function<void()> k);
+  // Puts the cached worker map into `doc`: "workers" (the first `limit`
+  // units, by group then unit), "workers_total", and "workers_error" when
+  // the last read failed (the units are then the last ones read). Alone:
+  // no units (worker_map.cpp).
+  void fill_workers(json& doc, std::size_t limit) const;
 
   http::Router routes();                 // admin_routes.cpp
   void add_worker_routes(http::Router& r);  // worker_groups_routes.cpp

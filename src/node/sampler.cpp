@@ -1,8 +1,10 @@
 // The node's sampler thread: once a second it turns running totals into
 // the dashboard's series (rates, latency quantiles), sends this node's load
-// to the other members, and reads the cluster's shard map from Redis.
+// to the other members, and reads the cluster's shard map from Redis (one
+// bulk read per entity type).
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <set>
 
@@ -137,16 +139,23 @@ void Node::Impl::refresh_shard_map() {
     ts = types;
   }
   json map = json::array();
-  for (const auto& t : ts) {
-    std::vector<Future<std::optional<cluster::Assignment>>> asks;
-    for (std::uint32_t s = 0; s < t.shard_count; ++s)
-      asks.push_back(c->coordinator().assignment(cluster::detail::shard_group(t.type), std::to_string(s)));
-    for (std::uint32_t s = 0; s < t.shard_count; ++s) {
-      if (!asks[s].wait_for(std::chrono::seconds(2))) continue;
-      auto a = asks[s].get();
-      if (!a.ok() || !a->has_value()) continue;
-      map.push_back({{"type", t.type}, {"shard", s}, {"owner", (*a)->owner}, {"epoch", (*a)->epoch}});
+  // One bulk read per type (doc/redis.md, "Bulk reads"), all sent before
+  // the first is awaited: a round trip per type, not per shard.
+  std::vector<Future<std::vector<cluster::Assignment>>> reads;
+  for (const auto& t : ts) reads.push_back(c->coordinator().placements(cluster::detail::shard_group(t.type)));
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (!reads[i].wait_for(std::chrono::seconds(2))) continue;
+    auto placed = reads[i].get();
+    if (!placed.ok()) continue;
+    std::vector<std::pair<std::uint32_t, const cluster::Assignment*>> shards;
+    for (const auto& a : *placed) {
+      std::uint32_t s = 0;
+      auto [end, ec] = std::from_chars(a.unit.data(), a.unit.data() + a.unit.size(), s);
+      if (ec == std::errc() && end == a.unit.data() + a.unit.size() && s < ts[i].shard_count) shards.emplace_back(s, &a);
     }
+    std::sort(shards.begin(), shards.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (const auto& [s, a] : shards)
+      map.push_back({{"type", ts[i].type}, {"shard", s}, {"owner", a->owner}, {"epoch", a->epoch}});
   }
   std::lock_guard lk(mu);
   shard_map = std::move(map);

@@ -328,6 +328,19 @@ class Coordinator {
   // calls this itself after Reconciler::stop completes.
   Future<bool> release(const std::string& group, const std::string& unit, std::uint64_t epoch);
 
+  // --- bulk reads (a fixed number of round trips, whatever the unit count) ---
+  // The names of every group that has units, sorted: one SMEMBERS. Shard
+  // groups ("shards/<type>") are among them.
+  Future<std::vector<std::string>> groups();
+  // Every unit of `group` as Redis holds it now: owner, epoch, updated and
+  // any hand-off (spec left empty), sorted by unit. One MULTI/EXEC of two
+  // HGETALLs, sent together: one round trip and one consistent snapshot,
+  // however many units (10,000 read in a few milliseconds). Entries that do
+  // not read (written by someone else) are skipped and logged once each.
+  // Errors: invalid_argument (bad group name), not_ready before start(),
+  // coordination_failed when Redis cannot be reached, shutting_down.
+  Future<std::vector<Assignment>> placements(const std::string& group);
+
   // --- desired set and reconcile (W1) ---
   // Makes Redis match `source` for `group` now and every sync_interval until
   // stop(): assigns missing units, unassigns removed ones, updates changed

@@ -34,6 +34,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -263,8 +264,12 @@ class Node {
   bool draining() const noexcept;
 
   // JSON documents the admin API serves (exposed for tests and tools).
+  // Their "workers" (the worker groups' units) are the last bulk read from
+  // Redis; the admin routes read anew first when it is over a second old.
   nlohmann::json overview() const;
   nlohmann::json cluster_view() const;
+  // troupe's version: the CMake project's, compiled in.
+  static std::string_view version() noexcept;
   // GET /health's body: "status" ("ok", or "unhealthy" while any watched
   // check fails), "node", and "services": each watched service by name,
   // {"up": true} or {"up": false, "code": ..., "message": ...}.

@@ -3,8 +3,8 @@
 // files that implement it (coordinator.cpp: construction, start and stop;
 // redis_link.cpp: the connections and scripts; liveness.cpp: the heartbeat;
 // membership.cpp: the member view and takeovers; self_fencing.cpp;
-// assignment.cpp; rebalance.cpp; reconcile.cpp; sync.cpp). Internal to
-// src/cluster/redis/.
+// assignment.cpp; rebalance.cpp; reconcile.cpp; sync.cpp; worker_map.cpp).
+// Internal to src/cluster/redis/.
 //
 // One io thread runs two hiredis connections (commands and pub/sub), the
 // heartbeat, the fence timer, takeovers, syncs and reconciles. Every piece
@@ -130,6 +130,8 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   Future<std::optional<Assignment>> assignment(const std::string& group, const std::string& unit);
   Future<std::vector<Assignment>> owned_units(const std::string& group);
   Future<bool> release(const std::string& group, const std::string& unit, std::uint64_t epoch);
+  Future<std::vector<std::string>> groups();                         // worker_map.cpp
+  Future<std::vector<Assignment>> placements(const std::string& group);  // worker_map.cpp
   Future<SyncReport> sync(const std::string& group, DesiredSource source);
   Result<void> serve(const std::string& group, Reconciler reconciler);
 
@@ -261,6 +263,11 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
                   Fn<void(Result<bool>)> k);
   void do_relocate(const std::string& group, const std::string& unit, bool force, Fn<void(Result<Placement>)> k);
   void log_placement(const std::string& group, const std::string& unit, const Result<Placement>& r) const;
+
+  // --- bulk reads (worker_map.cpp) ---
+  // Why a plain read cannot be sent now (stopped, never started, link
+  // down); nullopt when it can.
+  std::optional<Error> read_refused() const;
 
   // --- rebalance (rebalance.cpp) ---
   void do_rebalance(const std::string& group, std::size_t max_moves, Fn<void(Result<RebalanceReport>)> k);

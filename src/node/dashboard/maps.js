@@ -1,8 +1,9 @@
 // The dashboard's placement maps: which member owns each shard of every
-// entity type, and the job services' worker slots, coloured by owner.
+// entity type and each unit of every worker group, coloured by owner; and
+// this node's job workers (its job services' slots).
 
 import { $, el, list, makeRow, ownerColour, reconcile, setAttr, setText, toggleEmpty } from "./dom.js";
-import { DASH, fmtInt, num } from "./format.js";
+import { DASH, fmtDuration, fmtInt, num } from "./format.js";
 
 // ---------------------------------------------------------------- shard map
 
@@ -83,42 +84,87 @@ export function renderShards(o) {
 
 // ---------------------------------------------------------------- worker map
 
+// The worker groups' units as Redis places them: one row each, by group
+// then unit (the overview carries the first 500 and the total).
 export function renderWorkers(o) {
   const workers = list(o.workers);
-  const groups = new Map();
-  for (const w of workers) {
-    const g = w.group == null ? DASH : String(w.group);
-    if (!groups.has(g)) groups.set(g, []);
-    groups.get(g).push(w);
-  }
-  reconcile($("workers-body"), [...groups.entries()], ([g]) => g,
+  const members = new Map(list(o.members).map((m) => [String(m.id), m]));
+  const now = num(o.time_ms);
+  reconcile($("workers-body"), workers, (w) => `${w.group}\u0000${w.unit}`,
     () => {
-      const tr = makeRow(2);
-      tr.setAttribute("data-testid", "worker-group-row");
+      const tr = makeRow(5, [3, 4]);
+      tr.setAttribute("data-testid", "worker-row");
       tr.cells[0].className = "mono";
-      tr.cells[1].append(el("div", { class: "chips" }));
+      tr.cells[1].className = "mono";
+      const owner = el("span", { class: "chip" });
+      owner.append(el("span", { class: "swatch", "aria-hidden": "true" }), el("span"));
+      tr.cells[2].append(owner);
       return tr;
     },
-    (tr, [g, units]) => {
-      setAttr(tr, "data-group", g);
-      setText(tr.cells[0], g);
-      reconcile(tr.cells[1].firstChild, units, (w) => w.unit,
-        () => {
-          const chip = el("span", { class: "chip", "data-testid": "worker-cell" });
-          chip.append(el("span", { class: "swatch", "aria-hidden": "true" }), el("span"));
-          return chip;
-        },
-        (chip, w) => {
-          const owner = w.owner == null ? "" : String(w.owner);
-          const unit = w.unit == null ? DASH : String(w.unit);
-          setAttr(chip, "data-group", g);
-          setAttr(chip, "data-unit", unit);
-          setAttr(chip, "data-owner", owner);
-          setAttr(chip, "title", `${g} / ${unit}\nowner: ${owner || "unassigned"}`);
-          chip.firstChild.style.background = ownerColour(owner || null);
-          setText(chip.lastChild, `${unit} · ${owner || "unassigned"}`);
-        });
+    (tr, w) => {
+      const group = w.group == null ? DASH : String(w.group);
+      const unit = w.unit == null ? DASH : String(w.unit);
+      const owner = w.owner == null ? "" : String(w.owner);
+      const from = w.handing_off_from == null ? "" : String(w.handing_off_from);
+      const m = members.get(owner);
+      const ownerDown = m !== undefined && m.alive === false;
+      const since = num(w.since);
+      const age = now !== null && since !== null ? Math.max(0, now - since) / 1000 : null;
+      setAttr(tr, "data-group", group);
+      setAttr(tr, "data-unit", unit);
+      setAttr(tr, "data-owner", owner);
+      setAttr(tr, "data-epoch", num(w.epoch) === null ? "" : num(w.epoch));
+      tr.classList.toggle("is-owner-down", ownerDown);
+      setText(tr.cells[0], group);
+      setText(tr.cells[1], unit);
+      const chip = tr.cells[2].firstChild;
+      chip.firstChild.style.background = ownerColour(owner || null);
+      setText(chip.lastChild, `${owner || "unassigned"}${from ? ` (from ${from})` : ""}${ownerDown ? " · down" : ""}`);
+      setAttr(chip, "title", from ? `handed off from ${from}: starts once ${from} has stopped it` : owner);
+      setText(tr.cells[3], fmtInt(w.epoch));
+      setText(tr.cells[4], age === null ? DASH : fmtDuration(age));
     });
-  setText($("workers-summary"), workers.length ? `${workers.length} unit${workers.length === 1 ? "" : "s"}` : "");
-  toggleEmpty("workers-empty", workers.length === 0);
+  const total = num(o.workers_total) ?? workers.length;
+  const groups = new Set(workers.map((w) => String(w.group))).size;
+  let summary = "";
+  if (total > 0) {
+    summary = `${fmtInt(total)} unit${total === 1 ? "" : "s"}`;
+    summary += total > workers.length ? `, first ${fmtInt(workers.length)} shown` : ` in ${groups} group${groups === 1 ? "" : "s"}`;
+  }
+  setText($("workers-summary"), summary);
+  const error = o.workers_error == null ? "" : String(o.workers_error);
+  setText($("workers-error"), error ? `Not current: the last read from Redis failed (${error}).` : "");
+  $("workers-error").hidden = error === "";
+  setText($("workers-empty"), o.mode === "single"
+    ? "No worker units: this node runs alone (no cluster, no Redis)."
+    : "No worker units: no worker group has units in Redis.");
+  toggleEmpty("workers-empty", workers.length === 0 && error === "");
+}
+
+// ---------------------------------------------------------------- job workers
+
+// This node's job services' worker slots: FSMs, not placed units.
+export function renderJobWorkers(o) {
+  const slots = list(o.job_workers);
+  reconcile($("job-workers-body"), slots, (w) => `${w.service}\u0000${w.slot}`,
+    () => {
+      const tr = makeRow(4);
+      tr.setAttribute("data-testid", "job-worker-row");
+      tr.cells[0].className = "mono";
+      tr.cells[1].className = "mono";
+      return tr;
+    },
+    (tr, w) => {
+      const state = w.state == null ? DASH : String(w.state);
+      setAttr(tr, "data-service", w.service == null ? "" : String(w.service));
+      setAttr(tr, "data-state", state);
+      setText(tr.cells[0], w.service == null ? DASH : String(w.service));
+      setText(tr.cells[1], w.slot == null ? DASH : String(w.slot));
+      setText(tr.cells[2], state);
+      setText(tr.cells[3], w.owner == null ? DASH : String(w.owner));
+      tr.classList.toggle("is-busy", state === "running");
+    });
+  const running = slots.filter((w) => w.state === "running").length;
+  setText($("job-workers-summary"), slots.length ? `${running} of ${slots.length} running` : "");
+  toggleEmpty("job-workers-empty", slots.length === 0);
 }
