@@ -140,12 +140,13 @@ WorkerGroups::WorkerGroups(const NodeConfig& config, WorkerTypes types) : shared
   shared_->roles = config.roles;
   shared_->stop_timeout = config.entities.stop_timeout;
   shared_->types = std::move(types);
-  // No roles: every role, "manager" among them.
+  // A node that declares no roles is a manager: when no node declares
+  // any, every node syncs.
   manager_ = config.roles.empty() || has_any(config.roles, {"manager"});
   for (const auto& gc : config.workers) {
     auto g = std::make_shared<WorkerGroupState>();
     g->config = gc;
-    g->served = config.roles.empty() || gc.roles.empty() || has_any(config.roles, gc.roles);
+    g->served = gc.roles.empty() || has_any(config.roles, gc.roles);
     g->synced = manager_;
     shared_->groups.push_back(std::move(g));
   }

@@ -55,7 +55,8 @@ class WorkerGroups {
   // registered (and the types that are).
   static Result<void> check_types(const NodeConfig& config, const WorkerTypes& types);
 
-  // This node syncs worker groups: it has the role "manager", or no roles.
+  // This node syncs worker groups: it has the role "manager", or declares
+  // no roles at all.
   bool manager() const noexcept { return manager_; }
   // The largest webhook body any group takes.
   std::size_t max_body_bytes() const noexcept;

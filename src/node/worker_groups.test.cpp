@@ -21,6 +21,7 @@
 #include "../cluster/redis/redis_test_server.hpp"
 #include "troupe/node/node.hpp"
 #include "troupe/node/workers.hpp"
+#include "worker_groups.hpp"
 
 namespace {
 
@@ -95,6 +96,38 @@ TEST(WorkerGroupConfig, BadInputIsRefusedNamingTheSetting) {
     EXPECT_EQ(r.error().code(), troupe::ErrorCode::invalid_argument);
     EXPECT_NE(r.error().message().find(c.error), std::string::npos) << r.error().message() << "\nfor:\n" << c.toml;
     EXPECT_EQ(r.error().message().rfind("n.toml: ", 0), 0u) << r.error().message();
+  }
+}
+
+// Which groups a node serves and whether it syncs, by its roles and theirs.
+TEST(WorkerGroupRoles, ANodeServesTheGroupsOfItsRolesAndSyncsWhenItIsAManager) {
+  const std::string groups = std::string(kCluster) +
+                             "[[workers]]\ngroup = \"any\"\ntype = \"t\"\nsource = \"webhook\"\n"
+                             "[[workers]]\ngroup = \"dev\"\ntype = \"t\"\nsource = \"webhook\"\nroles = [\"devices\"]\n"
+                             "[[workers]]\ngroup = \"feed\"\ntype = \"t\"\nsource = \"webhook\"\nroles = [\"feeds\", \"x\"]\n";
+  struct Case {
+    std::string roles;
+    bool manager;
+    bool any, dev, feed;  // served
+  } cases[] = {
+      {"", true, true, false, false},
+      {"roles = [\"devices\"]", false, true, true, false},
+      {"roles = [\"manager\"]", true, true, false, false},
+      {"roles = [\"x\", \"devices\", \"manager\"]", true, true, true, true},
+  };
+  for (const auto& c : cases) {
+    auto cfg = NodeConfig::parse("[node]\n" + c.roles + "\n" + groups, "n.toml");
+    ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+    troupe::node::detail::WorkerGroups wg(*cfg, {});
+    auto v = wg.view(nullptr);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ((*v)["manager"], c.manager) << c.roles;
+    EXPECT_EQ((*v)["groups"][0]["served_here"], c.any) << c.roles;
+    EXPECT_EQ((*v)["groups"][1]["served_here"], c.dev) << c.roles;
+    EXPECT_EQ((*v)["groups"][2]["served_here"], c.feed) << c.roles;
+    EXPECT_EQ((*v)["groups"][2]["synced_here"], c.manager) << c.roles;
+    EXPECT_EQ((*v)["is_first_manager"], "not_ready") << "no coordinator yet";
+    EXPECT_EQ((*v)["started"], false);
   }
 }
 
