@@ -99,6 +99,18 @@ TEST(WorkerGroupConfig, BadInputIsRefusedNamingTheSetting) {
   }
 }
 
+// The config takes a group name exactly when the coordinator does.
+TEST(WorkerGroupConfig, GroupNamesFollowTheCoordinatorsRule) {
+  for (const std::string& name : std::vector<std::string>{"g", "shards/payment", "a.b_c-d", "a b", "x|y", "", std::string(128, 'g'),
+                           std::string(129, 'g'), "caf\xc3\xa9", "tab\t"}) {
+    auto c = NodeConfig::parse(std::string(kCluster) + "[[workers]]\ngroup = \"" + name +
+                                   "\"\ntype = \"t\"\nsource = \"webhook\"\n",
+                               "n.toml");
+    bool coordinator = troupe::cluster::validate_group(name).ok();
+    EXPECT_EQ(c.ok(), coordinator) << "\"" << name << "\": " << (c.ok() ? "" : c.error().message());
+  }
+}
+
 // Which groups a node serves and whether it syncs, by its roles and theirs.
 TEST(WorkerGroupRoles, ANodeServesTheGroupsOfItsRolesAndSyncsWhenItIsAManager) {
   const std::string groups = std::string(kCluster) +
