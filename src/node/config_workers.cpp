@@ -43,9 +43,11 @@ Result<void> check_source(const std::string& source, const std::string& setting)
     return {};
   }
   if (source.rfind("https://", 0) == 0)
-    return bad(setting + ": \"" + source + "\": https is not supported; use http:// (for example through a local proxy)");
-  return bad(setting + ": \"" + source + "\" is not a source: expected \"file:PATH\", \"http://host:port/path\" or "
-                                         "\"webhook\"");
+    return bad(setting + ": \"" + source +
+               "\": https is not supported; use http:// (for example through a local proxy)");
+  return bad(setting + ": \"" + source +
+             "\" is not a source: expected \"file:PATH\", \"http://host:port/path\" or "
+             "\"webhook\"");
 }
 
 }  // namespace
@@ -90,7 +92,8 @@ Result<std::vector<WorkerGroupConfig>> parse_worker_groups(const toml::node* n) 
     g.type = *type;
     auto source = r.string("source", "");
     if (!source.ok()) return std::move(source).error();
-    if (source->empty()) return bad(name + ".source: missing (\"file:PATH\", \"http://host:port/path\" or \"webhook\")");
+    if (source->empty())
+      return bad(name + ".source: missing (\"file:PATH\", \"http://host:port/path\" or \"webhook\")");
     if (auto v = check_source(*source, name + ".source"); !v.ok()) return std::move(v).error();
     g.source = *source;
     using std::chrono::milliseconds;
