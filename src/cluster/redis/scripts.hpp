@@ -35,8 +35,17 @@ enum class Script : std::size_t {
 };
 inline constexpr std::size_t script_count = 13;
 
+// The prelude and each script's body, concatenated: what is loaded.
 const std::string& script_text(Script s);
 std::string_view script_name(Script s);
+
+// Each script's body, run after the shared prelude (scripts.cpp):
+// membership in scripts_membership.cpp, placement in scripts_placement.cpp.
+namespace lua {
+extern const std::string_view heartbeat, takeover, leave, drain;
+extern const std::string_view assign, relocate, unassign, set_spec, my_units, release, rebalance, lookup,
+    snapshot;
+}  // namespace lua
 
 // Key names of one cluster (one prefix). A value type: immutable after
 // construction, so any thread may use one.
