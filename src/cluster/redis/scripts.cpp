@@ -199,8 +199,10 @@ local function settle_handoff(group, unit, from, from_epoch, to, now, T, M, from
   local hk = gkey(group, 'handoff')
   local raw = redis.call('HGET', hk, unit)
   local h = parse_handoff(raw)
-  if h and h.prev ~= to and not handoff_over(h, now, T, M) then
+  if h and not handoff_over(h, now, T, M) then
     -- An earlier owner may still run it; `from` was waiting and never did.
+    -- Back to that earlier owner, nobody else may run it: nothing to wait for.
+    if h.prev == to then redis.call('HDEL', hk, unit) end
     return
   end
   if from and from ~= to and not from_stopped and not is_expired(from, now, T, M) then
