@@ -18,6 +18,8 @@ local P = ARGV[1]
 local MEMBERS, INFO, CONFIG, EPOCH, GROUPS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local EVENTS = P .. ':events'
 local DRAINING = P .. ':draining'
+local ROLES = P .. ':member_roles'
+local GROUP_ROLES = P .. ':group_roles'
 
 local function int(x) return string.format('%d', x) end
 
@@ -138,13 +140,65 @@ local function is_draining(id)
   return s and s == member_session(id)
 end
 
--- The members of `ids` that may be given units: all but the draining ones.
-local function placeable(ids)
+-- The roles that may host `group` as stored ('a,b', or '*': any member),
+-- and as a set (nil: any member may).
+local function group_roles(group)
+  local v = redis.call('HGET', GROUP_ROLES, group)
+  local r = v and string.match(v, '^(%S+)') or '*'
+  if r == '*' then return r, nil end
+  local need = {}
+  for role in string.gmatch(r, '[^,]+') do need[role] = true end
+  return r, need
+end
+
+-- Whether member `id` holds one of the roles in `need` (nil: every member
+-- does).
+local function holds_role(id, need)
+  if need == nil then return true end
+  local mine = redis.call('HGET', ROLES, id)
+  if not mine then return false end
+  for role in string.gmatch(mine, '[^,]+') do
+    if need[role] then return true end
+  end
+  return false
+end
+
+-- THE eligibility rule, the only one placement uses: of the live members
+-- `ids`, those that may be given units of `group`: not draining, and
+-- holding one of the group's roles when it has any.
+local function eligible(group, ids)
+  local _, need = group_roles(group)
   local out = {}
   for _, id in ipairs(ids) do
-    if not is_draining(id) then out[#out + 1] = id end
+    if not is_draining(id) and holds_role(id, need) then out[#out + 1] = id end
   end
   return out
+end
+
+-- Records the group roles member `id` declares: ARGV pairs (group, roles)
+-- from index `from`, roles being 'a,b' (sorted) or '*'. Each is stored as
+-- '<roles> <declarer> ...'. A live other declarer of different roles
+-- refuses them all, nothing written: the answer is {group, stored,
+-- declared}. With no other declarer live, the new roles replace the old.
+local function declare_roles(id, from, now, T)
+  local plan = {}
+  for i = from, #ARGV - 1, 2 do
+    local g, r = ARGV[i], ARGV[i + 1]
+    local keep = {id}
+    local cur = redis.call('HGET', GROUP_ROLES, g)
+    local stored = cur and string.match(cur, '^(%S+)')
+    if stored then
+      for d in string.gmatch(string.sub(cur, #stored + 1), '%S+') do
+        if d ~= id and is_live(d, now, T) then
+          if stored ~= r then return {g, stored, r} end
+          keep[#keep + 1] = d
+        end
+      end
+    end
+    plan[#plan + 1] = {g, r .. ' ' .. table.concat(keep, ' ')}
+  end
+  for _, p in ipairs(plan) do redis.call('HSET', GROUP_ROLES, p[1], p[2]) end
+  return nil
 end
 
 local function gkey(group, what) return P .. ':group:' .. group .. ':' .. what end
@@ -247,6 +301,7 @@ const std::array<Entry, script_count>& scripts() {
       {"leave", lua::leave},
       {"snapshot", lua::snapshot},
       {"drain", lua::drain},
+      {"declare", lua::declare},
   }};
   return table;
 }

@@ -9,7 +9,9 @@ namespace troupe::cluster::detail::lua {
 
 // ARGV: [2] id [3] session [4] host [5] port [6] 'register'|'beat'
 //       [7] threshold ms [8] margin ms [9] lowest epoch seen [10] dead batch
-//       [11] app version (may be empty)
+//       [11] app version (may be empty) [12] this member's roles ('a,b'; may
+//       be empty) [13..] when registering: pairs of a group and the roles
+//       that may host it ('a,b', or '*': any member)
 const std::string_view heartbeat = R"lua(
 local id, session, mode = ARGV[2], ARGV[3], ARGV[6]
 local T, M = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -35,6 +37,13 @@ else
     local age = now - tonumber(stamp)
     if sess ~= session and age <= T + M then return {'IN_USE', now, age} end
   end
+  local clash = declare_roles(id, 13, now, T)
+  if clash then return {'ROLES_MISMATCH', now, clash[1], clash[2], clash[3]} end
+  if (ARGV[12] or '') ~= '' then
+    redis.call('HSET', ROLES, id, ARGV[12])
+  else
+    redis.call('HDEL', ROLES, id)
+  end
   for _, other in ipairs(live_members(now, T)) do
     if other ~= id then others = others + 1 end
   end
@@ -51,12 +60,13 @@ else
   if floor > (tonumber(redis.call('GET', EPOCH)) or 0) then redis.call('SET', EPOCH, int(floor)) end
 end
 local all = redis.call('ZRANGE', MEMBERS, 0, -1, 'WITHSCORES')
-local view = {}
+local view, roles = {}, {}
 for i = 1, #all, 2 do
   local m = all[i]
   view[#view + 1] = m
   view[#view + 1] = now - tonumber(all[i + 1])
   view[#view + 1] = redis.call('HGET', INFO, m) or ''
+  roles[#roles + 1] = redis.call('HGET', ROLES, m) or ''
 end
 -- Only a member registered for threshold + margin takes over others: after
 -- an outage of Redis itself every member gets that long to come back.
@@ -64,7 +74,7 @@ local dead = {}
 if now - since >= T + M then
   dead = redis.call('ZRANGEBYSCORE', MEMBERS, '-inf', '(' .. int(now - T - M), 'LIMIT', 0, tonumber(ARGV[10]))
 end
-return {'OK', now, since, others, view, dead}
+return {'OK', now, since, others, view, dead, roles}
 )lua";
 
 // ARGV: [2] caller id [3] caller session [4] batch [5..] expired candidates
@@ -88,8 +98,8 @@ for i = 5, #ARGV do
   -- Still a member and still expired: a second taker finds nothing to do.
   if dead ~= caller and redis.call('ZSCORE', MEMBERS, dead) and is_expired(dead, now, T, M) then
     local left = false
-    local heirs = newest(placeable(targets), dead)
     for _, g in ipairs(groups) do
+      local heirs = newest(eligible(g, targets), dead)
       local set = ukey(g, dead)
       if budget > 0 then
         local moved = 0
@@ -112,11 +122,14 @@ for i = 5, #ARGV do
       if redis.call('SCARD', set) > 0 then left = true end
     end
     if left then
-      more = 1
+      -- Units left with budget to spare have no eligible heir: the next
+      -- heartbeat tries again, not an immediate rerun.
+      if budget <= 0 then more = 1 end
     else
       redis.call('ZREM', MEMBERS, dead)
       redis.call('HDEL', INFO, dead)
       redis.call('HDEL', DRAINING, dead)
+      redis.call('HDEL', ROLES, dead)
       redis.call('PUBLISH', EVENTS, 'left ' .. dead)
     end
   end
@@ -132,9 +145,10 @@ local T, M = read_rule()
 if not T or not M then return {'NO_CONFIG'} end
 local me = ARGV[2]
 if member_session(me) ~= ARGV[3] then return {'NOT_MEMBER'} end
-local ids = newest(placeable(live_members(now, T)), me)
+local live = live_members(now, T)
 local kept, moves = 0, {}
 for _, g in ipairs(redis.call('SMEMBERS', GROUPS)) do
+  local ids = newest(eligible(g, live), me)
   local set = ukey(g, me)
   local moved = 0
   for _, unit in ipairs(redis.call('SMEMBERS', set)) do
@@ -160,6 +174,7 @@ if kept == 0 then
   redis.call('ZREM', MEMBERS, me)
   redis.call('HDEL', INFO, me)
   redis.call('HDEL', DRAINING, me)
+  redis.call('HDEL', ROLES, me)
   redis.call('PUBLISH', EVENTS, 'left ' .. me)
 end
 return {'OK', kept, moves}
@@ -172,6 +187,20 @@ const std::string_view drain = R"lua(
 local me = ARGV[2]
 if member_session(me) ~= ARGV[3] then return {'NOT_MEMBER'} end
 redis.call('HSET', DRAINING, me, ARGV[3])
+return {'OK'}
+)lua";
+
+// ARGV: [2] member [3] session [4..] pairs of a group and its roles, as the
+// heartbeat's [13..]. A group served after start-up declares its roles
+// here, under the rule registration applies.
+const std::string_view declare = R"lua(
+local now = now_ms()
+local T, M = read_rule()
+if not T or not M then return {'NO_CONFIG'} end
+local me = ARGV[2]
+if member_session(me) ~= ARGV[3] then return {'NOT_MEMBER'} end
+local clash = declare_roles(me, 4, now, T)
+if clash then return {'ROLES_MISMATCH', clash[1], clash[2], clash[3]} end
 return {'OK'}
 )lua";
 

@@ -15,8 +15,9 @@ if not T or not M then return {'NO_CONFIG'} end
 local group, unit = ARGV[2], ARGV[3]
 local d = describe(group, unit, now, T, M)
 if d then return {'ALREADY_INSTALLED', d} end
-local ids = placeable(live_members(now, T))
-if #ids == 0 then return {'NO_ACCEPTABLE_WORKER'} end
+local live = live_members(now, T)
+local ids = eligible(group, live)
+if #ids == 0 then return {'NO_ACCEPTABLE_WORKER', (group_roles(group)), #live} end
 local to = least_loaded(group, newest(ids, nil), nil)
 move(group, unit, nil, 0, to, now, T, M, false)
 redis.call('HSET', gkey(group, 'spec'), unit, ARGV[4])
@@ -32,14 +33,17 @@ local T, M = read_rule()
 if not T or not M then return {'NO_CONFIG'} end
 local group, unit = ARGV[2], ARGV[3]
 local ids = live_members(now, T)
-if #ids == 0 then return {'NO_ACCEPTABLE_WORKER'} end
+local roles, need = group_roles(group)
+if #ids == 0 then return {'NO_ACCEPTABLE_WORKER', roles, 0} end
 local a = parse_assign(redis.call('HGET', gkey(group, 'assign'), unit))
 if not a then return {'NOT_INSTALLED'} end
-if ARGV[4] ~= '1' and is_live(a.owner, now, T) then
+-- An owner that is live but no longer holds a role of the group (it came
+-- back without it) is relocated like a dead one.
+if ARGV[4] ~= '1' and is_live(a.owner, now, T) and holds_role(a.owner, need) then
   return {'NO_NEED_TO_RELOCATE', describe(group, unit, now, T, M)}
 end
-local to = least_loaded(group, newest(placeable(ids), a.owner), a.owner)
-if not to then return {'NO_OTHER_ACCEPTABLE_WORKER', describe(group, unit, now, T, M)} end
+local to = least_loaded(group, newest(eligible(group, ids), a.owner), a.owner)
+if not to then return {'NO_OTHER_ACCEPTABLE_WORKER', describe(group, unit, now, T, M), roles} end
 move(group, unit, a.owner, a.epoch, to, now, T, M, false)
 if ARGV[5] == '1' then redis.call('PUBLISH', EVENTS, 'moved ' .. group) end
 return {'RELOCATED', describe(group, unit, now, T, M)}
@@ -131,19 +135,25 @@ return {'NOT_HANDED_OFF'}
 // already sends new and handed-off units to the newest members, and moving
 // units onto members about to be replaced would move them twice.
 //
-// Targets: with n units on k live members, q = n / k and r = n % k; the r
-// members holding the most units keep q + 1, the others q. Only units above
-// a member's target move, so the number of moves is the total surplus,
-// which no balanced placement can beat: any placement with max - min <= 1
-// gives r members q + 1 and the rest q, and giving the q + 1 targets to the
-// largest members minimises the surplus.
+// Only eligible members (the prelude's rule: live, not draining, holding a
+// role of the group when it has any) are balanced over. The units of a
+// live member that is not eligible (it holds none of the group's roles)
+// must move, like a dead member's: they go first.
+//
+// Targets: with n units (those of eligible members and those that must
+// move) over k eligible members, q = n / k and r = n % k; the r members
+// holding the most units keep q + 1, the others q. Only units above a
+// member's target move, besides those that must, so the number of moves is
+// those plus the total surplus, which no balanced placement can beat: any
+// placement with max - min <= 1 gives r members q + 1 and the rest q, and
+// giving the q + 1 targets to the largest members minimises the surplus.
 const std::string_view rebalance = R"lua(
 local now = now_ms()
 local T, M = read_rule()
 if not T or not M then return {'NO_CONFIG'} end
 local group = ARGV[2]
 local ids = live_members(now, T)
-if #ids == 0 then return {'NO_ACCEPTABLE_WORKER'} end
+if #ids == 0 then return {'NO_ACCEPTABLE_WORKER', (group_roles(group)), 0} end
 local versions, seen = {}, {}
 for _, id in ipairs(ids) do
   local v = member_version(id)
@@ -158,9 +168,26 @@ if #versions > 1 then
 end
 -- A draining member is neither given units nor relieved of them: its
 -- hand-off moves them.
-ids = placeable(ids)
-if #ids == 0 then return {'NO_ACCEPTABLE_WORKER'} end
-local rows, n = {}, 0
+local live = ids
+ids = eligible(group, live)
+if #ids == 0 then return {'NO_ACCEPTABLE_WORKER', (group_roles(group)), #live} end
+local pool, is_eligible = {}, {}
+for _, id in ipairs(ids) do is_eligible[id] = true end
+for _, id in ipairs(live) do
+  if not is_eligible[id] and not is_draining(id) then
+    local units = redis.call('SMEMBERS', ukey(group, id))
+    table.sort(units)
+    for _, unit in ipairs(units) do
+      local a = parse_assign(redis.call('HGET', gkey(group, 'assign'), unit))
+      if a and a.owner == id then
+        pool[#pool + 1] = {unit, id}
+      else
+        redis.call('SREM', ukey(group, id), unit)
+      end
+    end
+  end
+end
+local rows, n = {}, #pool
 for _, id in ipairs(ids) do
   local c = redis.call('SCARD', ukey(group, id))
   rows[#rows + 1] = {id = id, count = c}
@@ -173,7 +200,6 @@ end)
 local k = #rows
 local q = math.floor(n / k)
 local r = n - q * k
-local pool = {}
 for i, row in ipairs(rows) do
   if i <= r then row.target = q + 1 else row.target = q end
   local surplus = row.count - row.target
