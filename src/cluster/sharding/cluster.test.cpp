@@ -21,6 +21,7 @@
 #include "../redis/redis_test_server.hpp"
 #include "in_process_nodes.hpp"
 #include "sharding_test_support.hpp"
+#include "troupe/cluster/cluster_jobs.hpp"
 #include "troupe/cluster/cluster_lock.hpp"
 #include "troupe/persist/memory_journal.hpp"
 
@@ -249,6 +250,66 @@ TEST_F(ClusterSharding, ANodeWithoutTheRegionsRoleOwnsNoShardYetItsAsksAreAnswer
   EXPECT_NE(refused.error().message().find("account"), std::string::npos) << refused.error().message();
   EXPECT_NE(refused.error().message().find("roles accounts"), std::string::npos) << refused.error().message();
   nodes.push_back(std::move(d));
+}
+
+// A job queue naming a role: its shards run only on nodes holding it, and
+// a node without it still enqueues, each job going to a shard's owner.
+// proves: W8
+TEST_F(ClusterSharding, JobQueueShardsRunOnlyOnNodesHoldingTheQueuesRole) {
+  add("a", 30s, {"jobs"});
+  add("b", 30s, {"jobs"});
+  add("c", 30s, {});
+  await_members(3);
+  struct Ran {
+    std::mutex mu;
+    std::map<std::string, int> by_node;
+    int total() {
+      std::lock_guard lk(mu);
+      int n = 0;
+      for (auto& [node, k] : by_node) n += k;
+      return n;
+    }
+  };
+  auto ran = std::make_shared<Ran>();
+  std::vector<JobService> services;
+  for (auto& n : nodes) {
+    JobSettings s;
+    s.name = "refunds";
+    s.workers = 2;
+    s.journal = journal;
+    s.log = false;
+    ClusterJobSettings cj;
+    cj.shard_count = 6;
+    cj.roles = {"jobs"};
+    auto started = start_job_service(
+        *n->system, n->cluster->remoting(), n->cluster->directory(), s,
+        [](const Job& j) -> std::optional<JobWorkerCall> { return JobWorkerCall{"w", j.payload}; },
+        {{"w", [ran, id = n->id](JobRun run) {
+            {
+              std::lock_guard lk(ran->mu);
+              ++ran->by_node[id];
+            }
+            run.succeed("ok");
+          }}},
+        cj);
+    ASSERT_TRUE(started.ok()) << started.error().to_string();
+    services.push_back(std::move(started.value()));
+  }
+  for (int i = 0; i < 30; ++i) {
+    auto r = services[2].enqueue(Job{"refund", "j" + std::to_string(i)}).get();
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+  EXPECT_TRUE(test::eventually([&] { return ran->total() == 30; }, 20s)) << ran->total();
+  {
+    std::lock_guard lk(ran->mu);
+    EXPECT_EQ(ran->by_node["c"], 0);
+  }
+  const std::string group = detail::shard_group(job_queue_type("refunds"));
+  EXPECT_TRUE(node("c").cluster->coordinator().running(group).empty());
+  EXPECT_EQ(node("a").cluster->coordinator().running(group).size() +
+                node("b").cluster->coordinator().running(group).size(),
+            6u);
+  for (auto& svc : services) (void)svc.stop();
 }
 
 // proves: E6
