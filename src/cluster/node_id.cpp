@@ -37,4 +37,21 @@ Result<void> validate_app_version(std::string_view version) {
   return {};
 }
 
+Result<void> validate_role(std::string_view role) {
+  if (role.empty()) return Error(ErrorCode::invalid_argument, "a role is empty");
+  if (role.size() > max_role_length)
+    return Error(ErrorCode::invalid_argument, "role '" + std::string(role.substr(0, 80)) + "' is " +
+                                                  std::to_string(role.size()) + " characters long; at most " +
+                                                  std::to_string(max_role_length) + " allowed");
+  for (std::size_t i = 0; i < role.size(); ++i) {
+    const char c = role[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok)
+      return Error(ErrorCode::invalid_argument,
+                   "role '" + std::string(role) + "' has a character outside [A-Za-z0-9._-] at " + std::to_string(i));
+  }
+  return {};
+}
+
 }  // namespace troupe::cluster

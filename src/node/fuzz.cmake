@@ -3,12 +3,13 @@
 # build/fuzz and runs it on src/node/config_fuzz_corpus.
 #
 # config_fuzz: NodeConfig::parse on arbitrary text, under ASan and UBSan.
-# It links config.cpp, the error type and the node-id and app-version rules
+# It links config.cpp (with config_workers.cpp), the error type and the node-id and app-version rules
 # alone: no node, socket or thread.
 
 troupe_add_fuzz(config_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/node/config_fuzz.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/node/config.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/node/config_workers.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/core/result.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/cluster/node_id.cpp
   CORPUS src/node/config_fuzz_corpus

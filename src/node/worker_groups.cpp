@@ -26,10 +26,12 @@ std::shared_ptr<const detail::WorkerTypeEntry> WorkerTypes::find(std::string_vie
 Result<void> WorkerTypes::check_new_name(const std::string& name) const {
   bool ok = !name.empty() && name.size() <= 64;
   for (char c : name)
-    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-                c == '-');
-  if (!ok) return Error(ErrorCode::invalid_argument, "worker type \"" + name + "\": 1 to 64 of A-Z a-z 0-9 . _ -");
-  if (contains(name)) return Error(ErrorCode::invalid_argument, "worker type \"" + name + "\" is registered already");
+    ok = ok && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                c == '_' || c == '-');
+  if (!ok)
+    return Error(ErrorCode::invalid_argument, "worker type \"" + name + "\": 1 to 64 of A-Z a-z 0-9 . _ -");
+  if (contains(name))
+    return Error(ErrorCode::invalid_argument, "worker type \"" + name + "\" is registered already");
   return {};
 }
 
@@ -52,8 +54,8 @@ json report_json(const cluster::SyncReport& r) {
   json failed = json::array();
   for (const auto& [unit, e] : r.failed)
     failed.push_back({{"unit", unit}, {"code", to_string(e.code())}, {"message", e.message()}});
-  return {{"desired", r.desired},   {"assigned", r.assigned},   {"unassigned", r.unassigned},
-          {"updated", r.updated},   {"unchanged", r.unchanged}, {"failed", std::move(failed)}};
+  return {{"desired", r.desired}, {"assigned", r.assigned},   {"unassigned", r.unassigned},
+          {"updated", r.updated}, {"unchanged", r.unchanged}, {"failed", std::move(failed)}};
 }
 
 json error_json(const Error& e) { return {{"code", to_string(e.code())}, {"message", e.message()}}; }
@@ -80,11 +82,13 @@ struct WorkerGroups::Shared {
   }
 
   void log(bool error, const std::string& text) const {
-    std::fprintf(stderr, "troupe: node '%s': %s%s\n", node_id.c_str(), error ? "error: " : "warning: ", text.c_str());
+    std::fprintf(stderr, "troupe: node '%s': %s%s\n", node_id.c_str(),
+                 error ? "error: " : "warning: ", text.c_str());
   }
 
   // Asks the coordinator for a sync round of `g` now; `done` gets its report.
-  void round(const std::shared_ptr<WorkerGroupState>& g, std::function<void(Result<cluster::SyncReport>)> done) {
+  void round(const std::shared_ptr<WorkerGroupState>& g,
+             std::function<void(Result<cluster::SyncReport>)> done) {
     Future<cluster::SyncReport> f = [&]() -> Future<cluster::SyncReport> {
       std::lock_guard lk(mu);
       if (!coordinator) {
@@ -135,17 +139,19 @@ void SyncTicker::receive(SyncTick& t) {
   if (auto g = s->find(t.group)) s->round(g, {});
 }
 
-WorkerGroups::WorkerGroups(const NodeConfig& config, WorkerTypes types) : shared_(std::make_shared<Shared>()) {
+WorkerGroups::WorkerGroups(const NodeConfig& config, WorkerTypes types)
+    : shared_(std::make_shared<Shared>()) {
   shared_->node_id = config.id;
   shared_->roles = config.roles;
   shared_->stop_timeout = config.entities.stop_timeout;
   shared_->types = std::move(types);
-  // No roles: every role, "manager" among them.
+  // A node that declares no roles is a manager: when no node declares
+  // any, every node syncs.
   manager_ = config.roles.empty() || has_any(config.roles, {"manager"});
   for (const auto& gc : config.workers) {
     auto g = std::make_shared<WorkerGroupState>();
     g->config = gc;
-    g->served = config.roles.empty() || gc.roles.empty() || has_any(config.roles, gc.roles);
+    g->served = gc.roles.empty() || has_any(config.roles, gc.roles);
     g->synced = manager_;
     shared_->groups.push_back(std::move(g));
   }
@@ -158,9 +164,9 @@ Result<void> WorkerGroups::check_types(const NodeConfig& config, const WorkerTyp
     if (types.contains(g.type)) continue;
     std::string known;
     for (const auto& n : types.names()) known += (known.empty() ? "" : ", ") + n;
-    return Error(ErrorCode::invalid_argument, "workers[group=" + g.group + "].type: no worker type \"" + g.type +
-                                                  "\" is registered (registered: " +
-                                                  (known.empty() ? "none" : known) + ")");
+    return Error(ErrorCode::invalid_argument,
+                 "workers[group=" + g.group + "].type: no worker type \"" + g.type +
+                     "\" is registered (registered: " + (known.empty() ? "none" : known) + ")");
   }
   return {};
 }
@@ -243,8 +249,8 @@ Result<void> WorkerGroups::start(ActorSystem& system, cluster::Coordinator& coor
     ticks.emplace_back(g->config.group, g->config.sync_interval);
   }
   if (!ticks.empty()) {
-    auto ticker = system.spawn<SyncTicker>(SpawnOptions{.name = "workers/sync"}, std::weak_ptr<Shared>(shared_),
-                                           std::move(ticks));
+    auto ticker = system.spawn<SyncTicker>(SpawnOptions{.name = "workers/sync"},
+                                           std::weak_ptr<Shared>(shared_), std::move(ticks));
     std::lock_guard lk(shared_->mu);
     shared_->ticker = ticker;
   }
@@ -281,14 +287,10 @@ std::optional<json> WorkerGroups::view(const std::string* group) const {
   for (const auto& g : s.groups) {
     if (group && g->config.group != *group) continue;
     const auto& c = g->config;
-    json j = {{"group", c.group},
-              {"type", c.type},
-              {"source", c.source},
-              {"sync_interval_ms", c.sync_interval.count()},
-              {"roles", c.roles},
-              {"served_here", g->served},
-              {"synced_here", g->synced},
-              {"worker_errors", g->worker_errors.load()}};
+    json j = {{"group", c.group},         {"type", c.type},
+              {"source", c.source},       {"sync_interval_ms", c.sync_interval.count()},
+              {"roles", c.roles},         {"served_here", g->served},
+              {"synced_here", g->synced}, {"worker_errors", g->worker_errors.load()}};
     if (c.source == "webhook") j["max_body_bytes"] = c.max_body_bytes;
     std::map<std::string, std::uint64_t> running;
     {
@@ -336,8 +338,9 @@ void WorkerGroups::sync_now(const std::string& group, const std::string& body,
   if (g->config.source == "webhook") {
     if (body.size() > g->config.max_body_bytes)
       return fail(413, "payload_too_large",
-                  "the body has " + std::to_string(body.size()) + " bytes; group '" + group + "' takes at most " +
-                      std::to_string(g->config.max_body_bytes) + " (workers max_body_bytes)");
+                  "the body has " + std::to_string(body.size()) + " bytes; group '" + group +
+                      "' takes at most " + std::to_string(g->config.max_body_bytes) +
+                      " (workers max_body_bytes)");
     auto set = cluster::parse_desired_set(body, "POST /workers/" + group + "/sync");
     if (!set.ok()) return fail(400, std::string(to_string(set.error().code())), set.error().message());
     std::lock_guard lk(g->mu);

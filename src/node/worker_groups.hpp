@@ -36,7 +36,7 @@ struct WorkerGroupState {
   bool served = false;  // this node has one of the group's roles: it runs workers
   bool synced = false;  // this node is a manager: it syncs the group
   std::shared_ptr<WorkerHostRef> host;
-  cluster::DesiredSource source;  // file, http: reads it; webhook: the last body taken
+  cluster::DesiredSource source;                // file, http: reads it; webhook: the last body taken
   std::atomic<std::uint64_t> worker_errors{0};  // specs that did not decode, workers that failed
 
   mutable std::mutex mu;
@@ -55,7 +55,8 @@ class WorkerGroups {
   // registered (and the types that are).
   static Result<void> check_types(const NodeConfig& config, const WorkerTypes& types);
 
-  // This node syncs worker groups: it has the role "manager", or no roles.
+  // This node syncs worker groups: it has the role "manager", or declares
+  // no roles at all.
   bool manager() const noexcept { return manager_; }
   // The largest webhook body any group takes.
   std::size_t max_body_bytes() const noexcept;

@@ -21,6 +21,7 @@
 #include "../cluster/redis/redis_test_server.hpp"
 #include "troupe/node/node.hpp"
 #include "troupe/node/workers.hpp"
+#include "worker_groups.hpp"
 
 namespace {
 
@@ -37,14 +38,15 @@ using troupe::node::WorkerStop;
 const char* kCluster = "[cluster]\nredis = \"127.0.0.1:6379\"\n";
 
 TEST(WorkerGroupConfig, RolesAndGroupsAreRead) {
-  auto c = NodeConfig::parse(std::string("[node]\nroles = [\"manager\", \"devices\"]\n") + kCluster +
-                                 "[[workers]]\ngroup = \"devices\"\ntype = \"device\"\nsource = \"file:/tmp/d.txt\"\n"
-                                 "sync_interval_ms = 500\nroles = [\"devices\"]\n"
-                                 "[[workers]]\ngroup = \"feeds\"\ntype = \"feed\"\nsource = \"webhook\"\n"
-                                 "max_body_bytes = 2048\n"
-                                 "[[workers]]\ngroup = \"sensors\"\ntype = \"feed\"\nsource = \"http://h:81/u\"\n"
-                                 "source_timeout_ms = 700\n",
-                             "n.toml");
+  auto c = NodeConfig::parse(
+      std::string("[node]\nroles = [\"manager\", \"devices\"]\n") + kCluster +
+          "[[workers]]\ngroup = \"devices\"\ntype = \"device\"\nsource = \"file:/tmp/d.txt\"\n"
+          "sync_interval_ms = 500\nroles = [\"devices\"]\n"
+          "[[workers]]\ngroup = \"feeds\"\ntype = \"feed\"\nsource = \"webhook\"\n"
+          "max_body_bytes = 2048\n"
+          "[[workers]]\ngroup = \"sensors\"\ntype = \"feed\"\nsource = \"http://h:81/u\"\n"
+          "source_timeout_ms = 700\n",
+      "n.toml");
   ASSERT_TRUE(c.ok()) << c.error().to_string();
   EXPECT_EQ(c->roles, (std::vector<std::string>{"manager", "devices"}));
   ASSERT_EQ(c->workers.size(), 3u);
@@ -64,7 +66,8 @@ TEST(WorkerGroupConfig, BadInputIsRefusedNamingTheSetting) {
     std::string toml;
     std::string error;  // a part of the message
   } cases[] = {
-      {"[node]\nroles = [\"ok\", \"no way\"]\n" + std::string(kCluster), "node.roles: \"no way\" is not a role name"},
+      {"[node]\nroles = [\"ok\", \"no way\"]\n" + std::string(kCluster),
+       "node.roles: \"no way\" is not a role name"},
       {"[node]\nroles = [\"\"]\n" + std::string(kCluster), "node.roles: \"\" is not a role name"},
       {"[node]\nroles = [\"" + std::string(65, 'r') + "\"]\n" + kCluster, "node.roles: \"rrrr"},
       {"[node]\nroles = [\"a\", \"a\"]\n" + std::string(kCluster), "node.roles: \"a\" is named twice"},
@@ -78,12 +81,16 @@ TEST(WorkerGroupConfig, BadInputIsRefusedNamingTheSetting) {
        "workers[group=g].source: \"https://h/u\": https is not supported"},
       {kCluster + std::string("[[workers]]\ngroup = \"g\"\ntype = \"t\"\nsource = \"file:\"\n"),
        "workers[group=g].source: \"file:\" needs a path"},
-      {kCluster + std::string("[[workers]]\ngroup = \"g\"\ntype = \"t\"\n"), "workers[group=g].source: missing"},
-      {kCluster + std::string("[[workers]]\ngroup = \"g\"\nsource = \"webhook\"\n"), "workers[group=g].type: missing"},
-      {kCluster + std::string("[[workers]]\ntype = \"t\"\nsource = \"webhook\"\n"), "workers[0].group: missing"},
+      {kCluster + std::string("[[workers]]\ngroup = \"g\"\ntype = \"t\"\n"),
+       "workers[group=g].source: missing"},
+      {kCluster + std::string("[[workers]]\ngroup = \"g\"\nsource = \"webhook\"\n"),
+       "workers[group=g].type: missing"},
+      {kCluster + std::string("[[workers]]\ntype = \"t\"\nsource = \"webhook\"\n"),
+       "workers[0].group: missing"},
       {kCluster + std::string("[[workers]]\ngroup = \"a b\"\ntype = \"t\"\nsource = \"webhook\"\n"),
        "workers[0].group: "},
-      {kCluster + group + "roles = [\"de vices\"]\n", "workers[group=g].roles: \"de vices\" is not a role name"},
+      {kCluster + group + "roles = [\"de vices\"]\n",
+       "workers[group=g].roles: \"de vices\" is not a role name"},
       {kCluster + group + "sync_interval_ms = 1\n", "workers[group=g].sync_interval_ms: 1 is out of range"},
       {kCluster + group + "max_body_bytes = 0\n", "workers[group=g].max_body_bytes: 0 is out of range"},
       {"workers = \"x\"\n" + std::string(kCluster), "workers: expected tables"},
@@ -93,8 +100,55 @@ TEST(WorkerGroupConfig, BadInputIsRefusedNamingTheSetting) {
     auto r = NodeConfig::parse(c.toml, "n.toml");
     ASSERT_FALSE(r.ok()) << c.toml;
     EXPECT_EQ(r.error().code(), troupe::ErrorCode::invalid_argument);
-    EXPECT_NE(r.error().message().find(c.error), std::string::npos) << r.error().message() << "\nfor:\n" << c.toml;
+    EXPECT_NE(r.error().message().find(c.error), std::string::npos) << r.error().message() << "\nfor:\n"
+                                                                    << c.toml;
     EXPECT_EQ(r.error().message().rfind("n.toml: ", 0), 0u) << r.error().message();
+  }
+}
+
+// The config takes a group name exactly when the coordinator does.
+TEST(WorkerGroupConfig, GroupNamesFollowTheCoordinatorsRule) {
+  for (const std::string& name :
+       std::vector<std::string>{"g", "shards/payment", "a.b_c-d", "a b", "x|y", "", std::string(128, 'g'),
+                                std::string(129, 'g'), "caf\xc3\xa9", "tab\t"}) {
+    auto c = NodeConfig::parse(
+        std::string(kCluster) + "[[workers]]\ngroup = \"" + name + "\"\ntype = \"t\"\nsource = \"webhook\"\n",
+        "n.toml");
+    bool coordinator = troupe::cluster::validate_group(name).ok();
+    EXPECT_EQ(c.ok(), coordinator) << "\"" << name << "\": " << (c.ok() ? "" : c.error().message());
+  }
+}
+
+// Which groups a node serves and whether it syncs, by its roles and theirs.
+TEST(WorkerGroupRoles, ANodeServesTheGroupsOfItsRolesAndSyncsWhenItIsAManager) {
+  const std::string groups =
+      std::string(kCluster) +
+      "[[workers]]\ngroup = \"any\"\ntype = \"t\"\nsource = \"webhook\"\n"
+      "[[workers]]\ngroup = \"dev\"\ntype = \"t\"\nsource = \"webhook\"\nroles = [\"devices\"]\n"
+      "[[workers]]\ngroup = \"feed\"\ntype = \"t\"\nsource = \"webhook\"\nroles = [\"feeds\", \"x\"]\n";
+  struct Case {
+    std::string roles;
+    bool manager;
+    bool any, dev, feed;  // served
+  } cases[] = {
+      {"", true, true, false, false},
+      {"roles = [\"devices\"]", false, true, true, false},
+      {"roles = [\"manager\"]", true, true, false, false},
+      {"roles = [\"x\", \"devices\", \"manager\"]", true, true, true, true},
+  };
+  for (const auto& c : cases) {
+    auto cfg = NodeConfig::parse("[node]\n" + c.roles + "\n" + groups, "n.toml");
+    ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+    troupe::node::detail::WorkerGroups wg(*cfg, {});
+    auto v = wg.view(nullptr);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ((*v)["manager"], c.manager) << c.roles;
+    EXPECT_EQ((*v)["groups"][0]["served_here"], c.any) << c.roles;
+    EXPECT_EQ((*v)["groups"][1]["served_here"], c.dev) << c.roles;
+    EXPECT_EQ((*v)["groups"][2]["served_here"], c.feed) << c.roles;
+    EXPECT_EQ((*v)["groups"][2]["synced_here"], c.manager) << c.roles;
+    EXPECT_EQ((*v)["is_first_manager"], "not_ready") << "no coordinator yet";
+    EXPECT_EQ((*v)["started"], false);
   }
 }
 
@@ -249,7 +303,8 @@ struct Fleet {
     auto c = NodeConfig::parse("[node]\nid = \"" + id + "\"\ndata_dir = \"" + (dir / id).string() +
                                    "\"\nthreads = 2\n" + node_extra +
                                    "\n[admin]\nport = 0\n[journal]\nbackend = \"memory\"\n"
-                                   "[cluster]\nredis = \"127.0.0.1:" + std::to_string(redis.port()) +
+                                   "[cluster]\nredis = \"127.0.0.1:" +
+                                   std::to_string(redis.port()) +
                                    "\"\nlisten_port = 0\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
                                    "takeover_margin_ms = 200\n[entities]\nstop_timeout_ms = " +
                                    std::to_string(stop_timeout_ms) + "\n" + workers,
@@ -280,14 +335,16 @@ std::string file_group(const std::filesystem::path& file, int interval_ms = 200)
 }
 
 TEST(WorkerGroupNode, StartRefusesAGroupOfAnUnregisteredType) {
-  auto c = NodeConfig::parse(std::string(kCluster) + "[[workers]]\ngroup = \"g\"\ntype = \"nope\"\nsource = \"webhook\"\n",
-                             "n.toml");
+  auto c = NodeConfig::parse(
+      std::string(kCluster) + "[[workers]]\ngroup = \"g\"\ntype = \"nope\"\nsource = \"webhook\"\n",
+      "n.toml");
   ASSERT_TRUE(c.ok()) << c.error().to_string();
   auto ledger = std::make_shared<Ledger>();
   auto n = Node::start(std::move(*c), dev_types(ledger, "n"));
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.error().code(), troupe::ErrorCode::invalid_argument);
-  EXPECT_NE(n.error().message().find("workers[group=g].type: no worker type \"nope\" is registered (registered: dev)"),
+  EXPECT_NE(n.error().message().find(
+                "workers[group=g].type: no worker type \"nope\" is registered (registered: dev)"),
             std::string::npos)
       << n.error().message();
 }
@@ -345,7 +402,8 @@ TEST(WorkerGroupNode, AFileGroupRunsEachUnitOnceAcrossThreeNodes) {
     return s["u1"].spec == "spec-1b" && s["u2"].running == 0 && s["u12"].running == 1;
   }));
   auto after = f.ledger->snapshot();
-  EXPECT_EQ(after["u1"].starts, u1_starts) << "a spec change is a message to the running worker, not a restart";
+  EXPECT_EQ(after["u1"].starts, u1_starts)
+      << "a spec change is a message to the running worker, not a restart";
   EXPECT_EQ(after["u1"].running, 1);
   EXPECT_EQ(f.running("dev").count("u2"), 0u);
   EXPECT_EQ(f.ledger->doubles, 0);

@@ -9,8 +9,9 @@ namespace troupe::node {
 
 void Node::Impl::add_worker_routes(http::Router& r) {
   auto no_groups = [this](http::Responder& out) {
-    out.respond(http::Response::error(404, "not_found",
-                                      "node '" + node->config_.id + "' has no worker groups ([[workers]] in its config)"));
+    out.respond(http::Response::error(
+        404, "not_found",
+        "node '" + node->config_.id + "' has no worker groups ([[workers]] in its config)"));
   };
   r.add("GET", "/workers", [this, no_groups](http::Request&, http::Responder out) {
     if (!workers) return no_groups(out);
@@ -21,7 +22,8 @@ void Node::Impl::add_worker_routes(http::Router& r) {
     const std::string group = req.params["group"];
     auto v = workers->view(&group);
     if (!v) {
-      out.respond(http::Response::error(404, "not_found", "no worker group '" + group + "' is configured on this node"));
+      out.respond(http::Response::error(404, "not_found",
+                                        "no worker group '" + group + "' is configured on this node"));
       return;
     }
     out.respond(http::Response::json(200, v->dump()));
@@ -29,8 +31,9 @@ void Node::Impl::add_worker_routes(http::Router& r) {
   r.add("POST", "/workers/{group}/sync", [this, no_groups](http::Request& req, http::Responder out) {
     if (!workers) return no_groups(out);
     auto shared = std::make_shared<http::Responder>(std::move(out));
-    workers->sync_now(req.params["group"], req.body,
-                      [shared](int status, json body) { shared->respond(http::Response::json(status, body.dump())); });
+    workers->sync_now(req.params["group"], req.body, [shared](int status, json body) {
+      shared->respond(http::Response::json(status, body.dump()));
+    });
   });
 }
 

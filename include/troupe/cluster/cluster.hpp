@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "troupe/cluster/coordinator.hpp"
 #include "troupe/cluster/remote.hpp"
@@ -45,8 +46,13 @@ struct ClusterSettings {
   std::string advertise_host;
   std::size_t max_frame_bytes = 16u << 20;
   std::size_t max_outbound_bytes = 64u << 20;
-  // Redis, liveness and placement; node_id and address are filled in from
-  // the fields above.
+  // This node's roles (CoordinatorSettings::roles): it owns shards only of
+  // the entity types and job queues whose roles (ShardRegionSettings::
+  // roles, ClusterJobSettings::roles) include one of them, and units only
+  // of the groups whose group_roles do. Each 1 to 64 of [A-Za-z0-9._-].
+  std::vector<std::string> roles{};
+  // Redis, liveness and placement; node_id, address and roles are filled
+  // in from the fields above.
   CoordinatorSettings coordination{};
   // How long start() waits for Redis and registration.
   Duration start_timeout = std::chrono::seconds(30);

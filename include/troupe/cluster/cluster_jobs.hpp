@@ -66,6 +66,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "troupe/cluster/remote.hpp"
 #include "troupe/cluster/sharding.hpp"
@@ -88,6 +89,11 @@ struct ClusterJobSettings {
   // down) or stopped on a fault is started again after this, while this
   // node owns it.
   Duration restart_delay = std::chrono::seconds(1);
+  // The roles a node must hold (ClusterSettings::roles) to own queue
+  // shards; empty: any node. The same on every node. A node without one
+  // of them runs no shard yet enqueues, sending each job to a shard's
+  // owner.
+  std::vector<std::string> roles{};
 };
 
 // The directory type (and the remoting inbox) of a job service named `name`.

@@ -21,6 +21,12 @@
 //   - Placement. assign, relocate, unassign and rebalance_all are one Lua
 //     script each (W3, W4, W6). Every change of owner draws a new epoch
 //     from one counter: a fencing token that only grows.
+//   - Eligibility (W8). Units of a group go only to members that are live,
+//     not draining and, when the group names roles (group_roles), hold one
+//     of them (roles). Every script that places (assign, relocate,
+//     rebalance, takeover, leave, a hand-off's relocation) applies that one
+//     rule; a unit whose owner is live but holds no role of its group any
+//     more is moved like a dead owner's.
 //   - Hand-off. A unit moved away from an owner that may still run it is
 //     recorded as handed off; its new owner starts it only after the old
 //     owner has stopped it and released it, or once the old owner is past
@@ -82,6 +88,7 @@ struct Member {
   Address address;
   Duration heartbeat_age{};  // Redis time from its last heartbeat to ours
   std::string app_version;   // what it declared (CoordinatorSettings::app_version); empty: nothing
+  std::vector<std::string> roles{};  // what it declared (CoordinatorSettings::roles), sorted
 };
 
 // Where a unit is placed.
@@ -100,8 +107,10 @@ struct Assignment {
 
 // The informational outcomes of a placement call; errors are Error values:
 //   coordination_failed  Redis refused or could not be reached;
-//   unreachable          "NO_ACCEPTABLE_WORKER ..." (no live member),
-//                        "NO_OTHER_ACCEPTABLE_WORKER ..." (none but the owner);
+//   unreachable          "NO_ACCEPTABLE_WORKER ..." (no eligible member: live,
+//                        not draining, holding a role of the group if it
+//                        has any), "NO_OTHER_ACCEPTABLE_WORKER ..." (none but
+//                        the owner);
 //   invalid_argument     "NOT_INSTALLED ..." (relocating an unknown unit), bad names;
 //   not_ready            called before start(); shutting_down after stop().
 enum class PlacementOutcome {
@@ -191,6 +200,17 @@ struct CoordinatorSettings {
   // to see (a rolling update runs two side by side). Empty, or 1 to 64 of
   // A-Z a-z 0-9 . _ + -.
   std::string app_version;
+  // This member's roles, stored with its membership: a group that names
+  // roles is placed only on members holding one of them. Each 1 to 64 of
+  // A-Z a-z 0-9 . _ -; duplicates count once.
+  std::vector<std::string> roles{};
+  // The roles that may host each group (an empty list: any member), stored
+  // in Redis at registration. A group no member declared roles for goes to
+  // any member. Every live member declaring a group must declare the same
+  // roles for it: start() fails with invalid_argument naming the group and
+  // both lists otherwise; once none of those is live, a new list replaces
+  // the old (a restart of the whole cluster can change roles).
+  std::map<std::string, std::vector<std::string>> group_roles{};
 
   std::string redis_host = "127.0.0.1";
   std::uint16_t redis_port = 6379;
@@ -351,6 +371,13 @@ class Coordinator {
   // This node runs its share of `group` through `reconciler`. Register before
   // or after start(); a group is served at most once (a second call fails).
   Result<void> serve(const std::string& group, Reconciler reconciler);
+  // Declares the roles that may host `group` (empty: any member), as
+  // CoordinatorSettings::group_roles does at start(), for a group known
+  // only later (an entity type started after the cluster). Before start()
+  // it joins the settings; after, it is checked and stored at once.
+  // Errors: invalid_argument for a bad name or role, or when a live member
+  // declared other roles for the group (naming both); shutting_down.
+  Future<void> declare_roles(const std::string& group, std::vector<std::string> roles);
 
  private:
   class Impl;

@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "troupe/core/actor.hpp"
 #include "troupe/core/result.hpp"
@@ -61,13 +62,21 @@ class ShardDirectory {
     std::function<void(std::uint32_t shard, std::uint64_t epoch, bool immediate)> stop;
     // `node` left the cluster: forget it as the owner of anything.
     std::function<void(std::string_view node)> node_left;
+    // The roles that may own the type's shards (empty: any node). Over the
+    // Redis coordinator they are the roles of the type's placement group,
+    // which every node must declare alike (attach fails with
+    // invalid_argument otherwise); a node holding none of them owns no
+    // shard but still routes to the type. StaticShardDirectory ignores
+    // them.
+    std::vector<std::string> roles{};
   };
   using Located = troupe::detail::UniqueFunction<void(Result<Location>)>;
 
   virtual ~ShardDirectory() = default;
   virtual const std::string& self() const = 0;
   // A region of entity type `type` with `shard_count` shards runs on this
-  // node. invalid_argument if the type is attached already.
+  // node. invalid_argument if the type is attached already, or (Redis) if
+  // host.roles differ from what the live nodes declared for the type.
   virtual Result<void> attach(const std::string& type, std::uint32_t shard_count, Host host) = 0;
   virtual void detach(const std::string& type) = 0;
   // Where `shard` lives, allocating it (least-loaded live node) if nobody

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "troupe/persist/entity.hpp"
 
@@ -27,6 +29,12 @@ struct ShardRegionSettings {
   // answered unreachable (directories that disagree for longer than a
   // move should never happen; this keeps a bug from looping).
   std::uint8_t max_hops = 4;
+  // The roles a node must hold (ClusterSettings::roles) to own shards of
+  // this type; empty: any node. Every node starts the region with the same
+  // roles (ShardRegion::start fails with invalid_argument otherwise); a
+  // node without one of them hosts no shard yet sends to the type, its
+  // commands going to the shards' owners. Each 1 to 64 of [A-Za-z0-9._-].
+  std::vector<std::string> roles{};
 };
 
 // Counters of one region on one node; each exact, the set not a snapshot.

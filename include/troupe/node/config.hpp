@@ -8,7 +8,7 @@
 //   threads = 0                   # actor worker threads; 0 = one per core
 //   drain_grace_ms = 3000         # SIGTERM / POST /drain: /ready 503 at once, serve this long, then hand off
 //   app_version = "2.3.1"         # shown to the other members and on the admin API
-//   roles = ["manager", "devices"]  # what this node hosts; none: every role
+//   roles = ["manager", "devices"]  # what this node hosts and does; none: it syncs worker groups
 //
 //   [admin]                       # the admin HTTP API and the dashboard
 //   host = "127.0.0.1"
@@ -168,7 +168,8 @@ struct NodeConfig {
   // admin API: empty, or 1 to 64 of A-Z a-z 0-9 . _ + -.
   std::string app_version;
   // What this node hosts and does ("manager": it syncs worker groups).
-  // Each 1 to 64 of A-Z a-z 0-9 . _ -. Empty: every role.
+  // Each 1 to 64 of A-Z a-z 0-9 . _ -. Empty: it hosts only what names no
+  // roles, and syncs worker groups as a manager does.
   std::vector<std::string> roles;
   AdminConfig admin;
   JournalConfig journal;

@@ -59,7 +59,8 @@ void Coordinator::Impl::do_assign(const std::string& group, const std::string& u
          }
          if (status == "NO_ACCEPTABLE_WORKER")
            return k(Error(ErrorCode::unreachable, "NO_ACCEPTABLE_WORKER: no live member can take unit '" +
-                                                      unit + "' of group '" + group + "'"));
+                                                      unit + "' of group '" + group + "'" +
+                                                      detail::eligibility_note(rep, 1, 2)));
          if (status == "NO_CONFIG")
            return k(Error(
                ErrorCode::coordination_failed,
@@ -143,10 +144,11 @@ void Coordinator::Impl::do_relocate(const std::string& group, const std::string&
          if (status == "NOT_INSTALLED")
            return k(Error(ErrorCode::invalid_argument, "NOT_INSTALLED: " + where + " is not placed"));
          if (status == "NO_OTHER_ACCEPTABLE_WORKER")
-           return k(Error(ErrorCode::unreachable,
-                          "NO_OTHER_ACCEPTABLE_WORKER: no live member but its owner can take " + where));
+           return k(Error(ErrorCode::unreachable, "NO_OTHER_ACCEPTABLE_WORKER: no live member but its owner can take " +
+                                                      where + detail::eligibility_note(rep, 2, 3)));
          if (status == "NO_ACCEPTABLE_WORKER")
-           return k(Error(ErrorCode::unreachable, "NO_ACCEPTABLE_WORKER: no live member can take " + where));
+           return k(Error(ErrorCode::unreachable,
+                          "NO_ACCEPTABLE_WORKER: no live member can take " + where + detail::eligibility_note(rep, 1, 2)));
          if (status == "NO_CONFIG")
            return k(Error(ErrorCode::coordination_failed, "NO_CONFIG: cluster settings missing in Redis"));
          k(unexpected(Script::relocate, rep));

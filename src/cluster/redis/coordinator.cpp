@@ -42,7 +42,9 @@ Coordinator::Impl::Impl(CoordinatorSettings s)
       reconnect_timer_(io_),
       periodic_timer_(io_),
       start_retry_timer_(io_),
-      backoff_(s_.reconnect_min_backoff) {
+      backoff_(s_.reconnect_min_backoff),
+      member_roles_(detail::roles_text(s_.roles, "")) {
+  for (const auto& [group, roles] : s_.group_roles) group_roles_[group] = detail::roles_text(roles, "*");
   cmd_.set_lost_handler([this](const Error& e) { on_link_lost(e); });
   sub_.set_lost_handler([this](const Error& e) { on_link_lost(e); });
 }
@@ -152,6 +154,8 @@ void Coordinator::Impl::fail_start(const Error& e) {
   start_retry_timer_.cancel();
   for (auto& w : start_waiters_) w.set_error(e);
   start_waiters_.clear();
+  for (auto& [group, w] : pending_declares_) w.set_error(e);
+  pending_declares_.clear();
 }
 
 void Coordinator::Impl::finish_start() {
@@ -182,6 +186,11 @@ void Coordinator::Impl::finish_start() {
   for (auto& [group, st] : syncs_) {
     if (!st.in_flight) run_sync(group);
   }
+  // Declared while the registration was on its way: it may not have
+  // carried them.
+  auto declares = std::move(pending_declares_);
+  pending_declares_.clear();
+  for (auto& [group, p] : declares) run_declare(group, std::nullopt, std::move(p));
 }
 
 // --- graceful stop ------------------------------------------------------------------
@@ -294,6 +303,14 @@ Result<std::unique_ptr<Coordinator>> Coordinator::create(CoordinatorSettings s) 
       s.reconnect_max_backoff < s.reconnect_min_backoff)
     return bad("reconnect back-off must be at least 1 ms with max >= min");
   if (s.takeover_batch == 0) return bad("takeover_batch must be at least 1");
+  for (const auto& role : s.roles)
+    if (auto v = validate_role(role); !v.ok()) return bad("roles: " + v.error().message());
+  for (const auto& [group, roles] : s.group_roles) {
+    if (auto v = validate_group(group); !v.ok()) return bad("group_roles: " + v.error().message());
+    for (const auto& role : roles)
+      if (auto v = validate_role(role); !v.ok())
+        return bad("group_roles['" + group + "']: " + v.error().message());
+  }
   auto impl = std::make_shared<Impl>(std::move(s));
   impl->launch();
   return std::unique_ptr<Coordinator>(new Coordinator(std::move(impl)));
@@ -342,6 +359,9 @@ Future<SyncReport> Coordinator::sync(const std::string& group, DesiredSource sou
 }
 Result<void> Coordinator::serve(const std::string& group, Reconciler reconciler) {
   return impl_->serve(group, std::move(reconciler));
+}
+Future<void> Coordinator::declare_roles(const std::string& group, std::vector<std::string> roles) {
+  return impl_->declare_roles(group, std::move(roles));
 }
 
 }  // namespace troupe::cluster

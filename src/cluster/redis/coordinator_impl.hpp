@@ -134,6 +134,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   Future<std::vector<Assignment>> placements(const std::string& group);  // worker_map.cpp
   Future<SyncReport> sync(const std::string& group, DesiredSource source);
   Result<void> serve(const std::string& group, Reconciler reconciler);
+  Future<void> declare_roles(const std::string& group, std::vector<std::string> roles);
 
   const CoordinatorSettings s_;
 
@@ -245,8 +246,19 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void note_epoch(std::uint64_t e) { max_epoch_seen_ = std::max(max_epoch_seen_, e); }
 
   // --- the member view and takeovers (membership.cpp) ---
-  void update_view(const RedisReply& view);
+  void update_view(const RedisReply& view, const RedisReply& roles);
   void run_takeover(std::vector<std::string> dead);
+
+  // --- roles (membership.cpp) ---
+  // Declares group_roles_[group] in Redis; on refusal or failure puts back
+  // `previous` (nullopt: none) and answers `p` with the error.
+  void run_declare(const std::string& group, std::optional<std::string> previous, Promise<void> p);
+  // invalid_argument: a live member declared `stored` for `group`, this
+  // node `mine` (both as stored: 'a,b' or '*').
+  Error roles_clash(const std::string& group, const std::string& stored, const std::string& mine) const;
+  // The heartbeat's arguments after the app version: this member's roles
+  // and, when registering, every group role this node declares.
+  void add_role_args(std::vector<std::string>& args, bool registering) const;
 
   // --- self-fencing (self_fencing.cpp) ---
   void arm_fence_timer();
@@ -331,6 +343,13 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   TimePoint last_ok_send_{};
   TimePoint start_deadline_{};
   std::uint64_t max_epoch_seen_ = 0;
+  // This member's roles ('a,b' or ''), and the roles it declares per group
+  // ('a,b' or '*'), as stored in Redis.
+  std::string member_roles_;
+  std::map<std::string, std::string> group_roles_;
+  // declare_roles() calls made while starting: declared once started.
+  std::vector<std::pair<std::string, Promise<void>>> pending_declares_;
+  std::string roles_clash_logged_;
   std::map<std::string, ServedGroup> served_;
   std::map<std::string, SyncState> syncs_;
   std::vector<PendingRelease> pending_releases_;

@@ -220,5 +220,30 @@ TEST_F(RedisCoordinatorTest, AMemberCutOffWhileDrainingIsStillGivenNothingWhenIt
   }
 }
 
+// A unit moved on before its new owner started it (that owner was still
+// waiting for the old one's release) never ran there: moved back to the
+// old owner, it waits for nobody and runs there again.
+// proves: W4
+TEST_F(RedisCoordinatorTest, AUnitMovedBackBeforeItsNewOwnerStartedItRunsAgainOnItsFormerOwner) {
+  auto& a = start_node(make_node(settings("node-a"), {"workers"}, 300ms));
+  auto& b = add_node("node-b");
+  ASSERT_TRUE(wait_until([&] { return b->members().size() == 2; }));
+  auto placed = await(b->assign("workers", "w1", ""));
+  ASSERT_TRUE(placed.ok()) << placed.error().to_string();
+  ASSERT_EQ(placed->assignment.owner, "node-a");
+  ASSERT_TRUE(wait_until([&] { return a.rec->running_now().count("w1") == 1; }));
+  auto there = await(a->relocate("workers", "w1", true));
+  ASSERT_TRUE(there.ok()) << there.error().to_string();
+  ASSERT_EQ(there->assignment.owner, "node-b");
+  // node-a is still stopping it (300 ms): node-b waits and has not started it.
+  auto back = await(a->relocate("workers", "w1", true));
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  ASSERT_EQ(back->assignment.owner, "node-a");
+  EXPECT_EQ(back->assignment.handing_off_from, "");
+  EXPECT_TRUE(wait_until([&] { return fleet.starts("w1", "node-a") == 2 && a.rec->running_now().count("w1") == 1; }))
+      << fleet.starts("w1", "node-a");
+  EXPECT_EQ(fleet.starts("w1", "node-b"), 0u);
+}
+
 }  // namespace
 }  // namespace troupe::test

@@ -1,7 +1,7 @@
 // The coordinator's heartbeat: a script every heartbeat_interval that
 // registers this node or stamps it live, answered with the live members and
 // the expired ones to take over; and what each answer (GONE, IN_USE,
-// SUPERSEDED, CONFIG_MISMATCH) means for this node.
+// SUPERSEDED, CONFIG_MISMATCH, ROLES_MISMATCH) means for this node.
 
 #include "coordinator_impl.hpp"
 
@@ -25,11 +25,12 @@ void Coordinator::Impl::send_beat() {
   bool registering = fenced_ || !registered_ || phase_ == Phase::starting;
   if (registering && s_.epoch_floor) note_epoch(s_.epoch_floor());
   TimePoint sent = steady_now();
-  eval(Script::heartbeat,
-       {s_.node_id, session_, s_.address.host, std::to_string(s_.address.port),
-        registering ? "register" : "beat", std::to_string(to_ms(s_.liveness_threshold)),
-        std::to_string(to_ms(s_.takeover_margin)), std::to_string(max_epoch_seen_),
-        std::to_string(std::max<std::size_t>(1, s_.takeover_batch)), s_.app_version},
+  std::vector<std::string> args{s_.node_id, session_, s_.address.host, std::to_string(s_.address.port),
+                                registering ? "register" : "beat", std::to_string(to_ms(s_.liveness_threshold)),
+                                std::to_string(to_ms(s_.takeover_margin)), std::to_string(max_epoch_seen_),
+                                std::to_string(std::max<std::size_t>(1, s_.takeover_batch)), s_.app_version};
+  add_role_args(args, registering);
+  eval(Script::heartbeat, std::move(args),
        [this, sent, registering](Reply r) {
          beat_in_flight_ = false;
          if (halted_) return;
@@ -48,8 +49,8 @@ void Coordinator::Impl::on_beat(TimePoint sent, bool registering, Reply r) {
   }
   const RedisReply& rep = *r;
   const std::string& status = rep.elements[0].str;
-  if (status == "OK" && rep.elements.size() == 6 && rep.elements[4].is_array() &&
-      rep.elements[5].is_array()) {
+  if (status == "OK" && rep.elements.size() == 7 && rep.elements[4].is_array() &&
+      rep.elements[5].is_array() && rep.elements[6].is_array()) {
     long long since = 0, others = 0;
     if (!int_of(rep.elements[2], since) || !int_of(rep.elements[3], others)) {
       (void)unexpected(Script::heartbeat, rep);
@@ -62,7 +63,7 @@ void Coordinator::Impl::on_beat(TimePoint sent, bool registering, Reply r) {
     // own lease, lifts the fence.
     bool lease_valid = steady_now() < last_ok_send_ + s_.liveness_threshold;
     arm_fence_timer();
-    update_view(rep.elements[4]);
+    update_view(rep.elements[4], rep.elements[6]);
     std::vector<std::string> dead;
     for (const auto& d : rep.elements[5].elements) {
       std::string id;
@@ -136,6 +137,23 @@ void Coordinator::Impl::on_beat(TimePoint sent, bool registering, Reply r) {
       return;
     }
     log(CoordinatorLogLevel::error, e.message());
+    return;
+  }
+  if (status == "ROLES_MISMATCH" && rep.elements.size() == 5) {
+    std::string group, stored, mine;
+    if (!text_of(rep.elements[2], group) || !text_of(rep.elements[3], stored) || !text_of(rep.elements[4], mine)) {
+      (void)unexpected(Script::heartbeat, rep);
+      return;
+    }
+    Error e = roles_clash(group, stored, mine);
+    if (phase_ == Phase::starting) {
+      fail_start(e);
+      return;
+    }
+    // Registering again (after a fence) while the live members declare
+    // other roles: it stays out (fenced) and says so once.
+    if (e.message() != roles_clash_logged_) log(CoordinatorLogLevel::error, e.message());
+    roles_clash_logged_ = e.message();
     return;
   }
   (void)unexpected(Script::heartbeat, rep);

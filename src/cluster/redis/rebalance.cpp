@@ -1,5 +1,5 @@
 // rebalance: one Lua script that spreads a group's units evenly over the
-// live members, answered with the moves it made, or with the app versions
+// eligible members (live, not draining, holding a role of the group), answered with the moves it made, or with the app versions
 // it waits on while more than one is live.
 
 #include "coordinator_impl.hpp"
@@ -46,8 +46,8 @@ void Coordinator::Impl::do_rebalance(const std::string& group, std::size_t max_m
     const RedisReply& rep = *r;
     const std::string& status = rep.elements[0].str;
     if (status == "NO_ACCEPTABLE_WORKER")
-      return k(Error(ErrorCode::unreachable,
-                     "NO_ACCEPTABLE_WORKER: no live member to rebalance group '" + group + "' over"));
+      return k(Error(ErrorCode::unreachable, "NO_ACCEPTABLE_WORKER: no live member to rebalance group '" + group +
+                                                 "' over" + detail::eligibility_note(rep, 1, 2)));
     if (status == "NO_CONFIG")
       return k(Error(ErrorCode::coordination_failed, "NO_CONFIG: cluster settings missing in Redis"));
     RebalanceReport report;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "troupe/cluster/node_id.hpp"
 
@@ -53,6 +54,44 @@ std::vector<std::string> split_words(std::string_view s) {
     i = j;
   }
   return out;
+}
+
+std::string roles_text(std::vector<std::string> roles, std::string_view none) {
+  std::sort(roles.begin(), roles.end());
+  roles.erase(std::unique(roles.begin(), roles.end()), roles.end());
+  if (roles.empty()) return std::string(none);
+  std::string out;
+  for (const auto& r : roles) {
+    if (!out.empty()) out += ',';
+    out += r;
+  }
+  return out;
+}
+
+std::vector<std::string> split_roles(std::string_view text) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i <= text.size()) {
+    std::size_t j = text.find(',', i);
+    if (j == std::string_view::npos) j = text.size();
+    if (j > i) out.emplace_back(text.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string eligibility_note(const RedisReply& rep, std::size_t roles_at, std::size_t live_at) {
+  std::string roles;
+  if (rep.elements.size() <= roles_at || !text_of(rep.elements[roles_at], roles) || roles.empty() || roles == "*")
+    return "";
+  std::string out = " (only members holding role ";
+  auto list = split_roles(roles);
+  for (std::size_t i = 0; i < list.size(); ++i) out += (i == 0 ? "" : i + 1 == list.size() ? " or " : ", ") + list[i];
+  out += " may host it";
+  long long live = 0;
+  if (rep.elements.size() > live_at && int_of(rep.elements[live_at], live) && live > 0)
+    out += "; " + std::to_string(live) + " live member" + (live == 1 ? "" : "s") + ", none of them eligible";
+  return out + ")";
 }
 
 std::optional<Assignment> parse_assignment(const RedisReply& d, const std::string& group, const std::string& unit) {
@@ -112,10 +151,23 @@ MemberView parse_members(const RedisReply& view, Duration liveness_threshold) {
     std::string version = words.size() > 4 ? std::string(words[4]) : std::string();
     if (!validate_app_version(version).ok()) version.clear();
     out.live.push_back(
-        Member{id, Address{words[2], static_cast<std::uint16_t>(port)}, milliseconds(age), std::move(version)});
+        Member{id, Address{words[2], static_cast<std::uint16_t>(port)}, milliseconds(age), std::move(version), {}});
   }
   std::sort(out.live.begin(), out.live.end(), [](const Member& a, const Member& b) { return a.id < b.id; });
   return out;
+}
+
+void attach_roles(MemberView& members, const RedisReply& view, const RedisReply& roles) {
+  std::map<std::string, std::vector<std::string>> by_id;
+  for (std::size_t i = 0; 3 * i < view.elements.size() && i < roles.elements.size(); ++i) {
+    std::string id, text;
+    if (!text_of(view.elements[3 * i], id) || !text_of(roles.elements[i], text)) continue;
+    auto list = split_roles(text);
+    if (std::all_of(list.begin(), list.end(), [](const std::string& r) { return validate_role(r).ok(); }))
+      by_id[id] = std::move(list);
+  }
+  for (auto& m : members.live)
+    if (auto it = by_id.find(m.id); it != by_id.end()) m.roles = it->second;
 }
 
 }  // namespace troupe::cluster::detail

@@ -23,6 +23,18 @@ bool int_of(const RedisReply& r, long long& out);
 // The words of `s` separated by runs of spaces.
 std::vector<std::string> split_words(std::string_view s);
 
+// Roles as stored in Redis: sorted, each once, joined by ','; `none` when
+// there are none. The inverse splits at ',' (empty parts dropped).
+std::string roles_text(std::vector<std::string> roles, std::string_view none);
+std::vector<std::string> split_roles(std::string_view text);
+
+// What a NO_ACCEPTABLE_WORKER or NO_OTHER_ACCEPTABLE_WORKER answer says
+// of the group's roles (element `roles_at`, '*' for none) and of the live
+// members (element `live_at`, if any): " (only members holding role a or
+// b may host it; 3 live members hold none)", or "" when the group names no
+// roles.
+std::string eligibility_note(const RedisReply& rep, std::size_t roles_at, std::size_t live_at);
+
 // An assignment as the placement scripts return it:
 // [owner, epoch, updated_ms, spec, handing_off_from, handoff_epoch].
 std::optional<Assignment> parse_assignment(const RedisReply& d, const std::string& group, const std::string& unit);
@@ -40,5 +52,9 @@ struct MemberView {
   std::vector<SkippedMember> skipped;
 };
 MemberView parse_members(const RedisReply& view, Duration liveness_threshold);
+// The heartbeat's roles of the same members, one text per triple of
+// `view`, set on the members of `members` (those that do not read as
+// roles are left empty).
+void attach_roles(MemberView& members, const RedisReply& view, const RedisReply& roles);
 
 }  // namespace troupe::cluster::detail

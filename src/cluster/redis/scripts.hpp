@@ -32,11 +32,21 @@ enum class Script : std::size_t {
   leave,      // graceful departure: hand every unit to other live members
   snapshot,   // a group's units and specs (for sync)
   drain,      // mark this member as handing its units off: nothing new is placed on it
+  declare,    // the roles that may host a group served after start-up
 };
-inline constexpr std::size_t script_count = 13;
+inline constexpr std::size_t script_count = 14;
 
+// The prelude and each script's body, concatenated: what is loaded.
 const std::string& script_text(Script s);
 std::string_view script_name(Script s);
+
+// Each script's body, run after the shared prelude (scripts.cpp):
+// membership in scripts_membership.cpp, placement in scripts_placement.cpp.
+namespace lua {
+extern const std::string_view heartbeat, takeover, leave, drain, declare;
+extern const std::string_view assign, relocate, unassign, set_spec, my_units, release, rebalance, lookup,
+    snapshot;
+}  // namespace lua
 
 // Key names of one cluster (one prefix). A value type: immutable after
 // construction, so any thread may use one.
@@ -50,6 +60,8 @@ class KeyNames {
   std::string epoch() const { return base_ + ":epoch"; }
   std::string groups() const { return base_ + ":groups"; }
   std::string events() const { return base_ + ":events"; }
+  std::string member_roles() const { return base_ + ":member_roles"; }
+  std::string group_roles() const { return base_ + ":group_roles"; }
   std::string group(std::string_view g, std::string_view what) const {
     return base_ + ":group:" + std::string(g) + ":" + std::string(what);
   }

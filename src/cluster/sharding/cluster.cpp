@@ -21,7 +21,8 @@ constexpr std::string_view kLeavingNotice = "leaving";
 // group "shards/<type>", named by their number.
 class RedisShardDirectory final : public ShardDirectory {
  public:
-  explicit RedisShardDirectory(std::string self) : self_(std::move(self)) {}
+  RedisShardDirectory(std::string self, Duration declare_bound)
+      : self_(std::move(self)), declare_bound_(declare_bound) {}
 
   void bind(Coordinator* c) { coordinator_ = c; }
   void set_fenced(bool f) { fenced_.store(f, std::memory_order_release); }
@@ -29,10 +30,24 @@ class RedisShardDirectory final : public ShardDirectory {
   const std::string& self() const override { return self_; }
 
   Result<void> attach(const std::string& type, std::uint32_t shard_count, Host host) override {
+    auto twice = [&] {
+      return Error(ErrorCode::invalid_argument, "entity type '" + type + "' is already attached on node '" + self_ + "'");
+    };
     {
       std::lock_guard lk(mu_);
-      if (types_.count(type))
-        return Error(ErrorCode::invalid_argument, "entity type '" + type + "' is already attached on node '" + self_ + "'");
+      if (types_.count(type)) return twice();
+    }
+    // Declared before it is served, so this node is given no shard of a
+    // type whose roles it disagrees on.
+    auto declared = coordinator_->declare_roles(detail::shard_group(type), host.roles);
+    if (!declared.wait_for(declare_bound_)) {
+      return Error(ErrorCode::timeout, "node '" + self_ + "' could not declare the roles of entity type '" + type +
+                                           "' in Redis in time");
+    }
+    if (auto d = declared.get(); !d.ok()) return Error(d.error().code(), "entity type '" + type + "': " + d.error().message());
+    {
+      std::lock_guard lk(mu_);
+      if (types_.count(type)) return twice();
       types_[type] = Type{shard_count, host, true};
     }
     Reconciler r;
@@ -152,6 +167,7 @@ class RedisShardDirectory final : public ShardDirectory {
   }
 
   std::string self_;
+  Duration declare_bound_;
   Coordinator* coordinator_ = nullptr;
   std::atomic<bool> fenced_{false};
   std::mutex mu_;
@@ -211,10 +227,14 @@ Result<std::unique_ptr<Cluster>> Cluster::start(ActorSystem& system, ClusterSett
   auto remoting = Remoting::start(system, rs);
   if (!remoting.ok()) return std::move(remoting).error();
   impl->remoting = std::move(remoting.value());
-  impl->directory = std::make_unique<RedisShardDirectory>(settings.node_id);
+  // Declaring a type's roles is one script: bounded like a reply, twice
+  // over for a reconnection.
+  impl->directory = std::make_unique<RedisShardDirectory>(settings.node_id, 2 * settings.coordination.command_timeout +
+                                                                                settings.coordination.heartbeat_interval);
 
   CoordinatorSettings cs = settings.coordination;
   cs.node_id = settings.node_id;
+  cs.roles = settings.roles;
   cs.address = Address{settings.advertise_host.empty() ? settings.listen_host : settings.advertise_host,
                        impl->remoting->port()};
   Impl* raw = impl.get();

@@ -21,6 +21,7 @@
 #include "../redis/redis_test_server.hpp"
 #include "in_process_nodes.hpp"
 #include "sharding_test_support.hpp"
+#include "troupe/cluster/cluster_jobs.hpp"
 #include "troupe/cluster/cluster_lock.hpp"
 #include "troupe/persist/memory_journal.hpp"
 
@@ -60,30 +61,39 @@ class ClusterSharding : public ::testing::Test {
     return c;
   }
 
-  ClusterNode& add(const std::string& id, Duration settle_timeout = 30s) {
+  // A node holding `roles` whose "account" region names `region_roles`.
+  ClusterNode& add(const std::string& id, Duration settle_timeout = 30s, std::vector<std::string> roles = {},
+                   std::vector<std::string> region_roles = {}) {
     auto n = std::make_unique<ClusterNode>();
     n->id = id;
     n->system = test::quiet_system();
     ClusterSettings cs;
     cs.node_id = id;
+    cs.roles = std::move(roles);
     cs.coordination = coordination();
     auto c = Cluster::start(*n->system, cs);
     if (!c.ok()) throw std::runtime_error(c.error().to_string());
     n->cluster = std::move(c.value());
+    auto reg = start_region(*n, settle_timeout, std::move(region_roles));
+    if (!reg.ok()) throw std::runtime_error(reg.error().to_string());
+    n->region.emplace(std::move(reg.value()));
+    nodes.push_back(std::move(n));
+    return *nodes.back();
+  }
+
+  Result<ShardRegion<Account>> start_region(ClusterNode& n, Duration settle_timeout,
+                                            std::vector<std::string> region_roles) {
     ShardRegionSettings s;
+    s.roles = std::move(region_roles);
     s.entity.type_name = "account";
     s.entity.idle_timeout = Duration::zero();
     s.entity.stop_timeout = 10s;
     s.entity.stash_capacity = 10'000;
     s.entity.log = false;
     s.shard_count = shard_count;
-    auto reg = ShardRegion<Account>::start(
-        *n->system, journal, n->cluster->remoting(), n->cluster->directory(), s, test::account_events(),
-        test::account_commands(), [node = id, settle_timeout](const std::string&) { return Account{node, settle_timeout}; });
-    if (!reg.ok()) throw std::runtime_error(reg.error().to_string());
-    n->region.emplace(std::move(reg.value()));
-    nodes.push_back(std::move(n));
-    return *nodes.back();
+    return ShardRegion<Account>::start(
+        *n.system, journal, n.cluster->remoting(), n.cluster->directory(), s, test::account_events(),
+        test::account_commands(), [node = n.id, settle_timeout](const std::string&) { return Account{node, settle_timeout}; });
   }
 
   void TearDown() override {
@@ -197,6 +207,109 @@ TEST_F(ClusterSharding, RebalanceMovesShardsWithAHandOffAndLosesNothing) {
   std::uint64_t handed_off = 0;
   for (auto& n : nodes) handed_off += n->region->stats().shards_handed_off;
   EXPECT_EQ(handed_off, 4u);
+}
+
+// A region whose roles only two of three nodes hold: the third owns no
+// shard, yet what it sends to the type is answered by the owners.
+// proves: W8
+TEST_F(ClusterSharding, ANodeWithoutTheRegionsRoleOwnsNoShardYetItsAsksAreAnswered) {
+  add("a", 30s, {"accounts"}, {"accounts"});
+  add("b", 30s, {"accounts", "web"}, {"accounts"});
+  add("c", 30s, {"web"}, {"accounts"});
+  await_members(3);
+  for (int i = 0; i < 60; ++i) {
+    std::string id = "role-" + std::to_string(i);
+    auto b = deposit(node("c"), id, 2);
+    ASSERT_TRUE(b.ok()) << id << ": " << b.error().to_string();
+    EXPECT_EQ(b.value(), 2);
+    auto w = where(node("c"), id);
+    ASSERT_TRUE(w.ok()) << w.error().to_string();
+    EXPECT_NE(owner_in(w.value()), "c") << id;
+  }
+  auto moves = node("c").cluster->coordinator().rebalance_all(detail::shard_group("account")).get();
+  ASSERT_TRUE(moves.ok()) << moves.error().to_string();
+  for (const auto& m : moves.value()) EXPECT_NE(m.to, "c");
+  auto per = shards_per_node();
+  EXPECT_EQ(per["c"], 0u);
+  EXPECT_EQ(per["a"] + per["b"], shard_count);
+  EXPECT_EQ(node("c").region->stats().shards_started, 0u);
+  EXPECT_GT(node("c").region->stats().sent_remote, 0u);
+  // A node whose region names other roles for the type is refused.
+  auto d = std::make_unique<ClusterNode>();
+  d->id = "d";
+  d->system = test::quiet_system();
+  ClusterSettings cs;
+  cs.node_id = "d";
+  cs.coordination = coordination();
+  auto cl = Cluster::start(*d->system, cs);
+  ASSERT_TRUE(cl.ok()) << cl.error().to_string();
+  d->cluster = std::move(cl.value());
+  auto refused = start_region(*d, 30s, {"web"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::invalid_argument);
+  EXPECT_NE(refused.error().message().find("account"), std::string::npos) << refused.error().message();
+  EXPECT_NE(refused.error().message().find("roles accounts"), std::string::npos) << refused.error().message();
+  nodes.push_back(std::move(d));
+}
+
+// A job queue naming a role: its shards run only on nodes holding it, and
+// a node without it still enqueues, each job going to a shard's owner.
+// proves: W8
+TEST_F(ClusterSharding, JobQueueShardsRunOnlyOnNodesHoldingTheQueuesRole) {
+  add("a", 30s, {"jobs"});
+  add("b", 30s, {"jobs"});
+  add("c", 30s, {});
+  await_members(3);
+  struct Ran {
+    std::mutex mu;
+    std::map<std::string, int> by_node;
+    int total() {
+      std::lock_guard lk(mu);
+      int n = 0;
+      for (auto& [node, k] : by_node) n += k;
+      return n;
+    }
+  };
+  auto ran = std::make_shared<Ran>();
+  std::vector<JobService> services;
+  for (auto& n : nodes) {
+    JobSettings s;
+    s.name = "refunds";
+    s.workers = 2;
+    s.journal = journal;
+    s.log = false;
+    ClusterJobSettings cj;
+    cj.shard_count = 6;
+    cj.roles = {"jobs"};
+    auto started = start_job_service(
+        *n->system, n->cluster->remoting(), n->cluster->directory(), s,
+        [](const Job& j) -> std::optional<JobWorkerCall> { return JobWorkerCall{"w", j.payload}; },
+        {{"w", [ran, id = n->id](JobRun run) {
+            {
+              std::lock_guard lk(ran->mu);
+              ++ran->by_node[id];
+            }
+            run.succeed("ok");
+          }}},
+        cj);
+    ASSERT_TRUE(started.ok()) << started.error().to_string();
+    services.push_back(std::move(started.value()));
+  }
+  for (int i = 0; i < 30; ++i) {
+    auto r = services[2].enqueue(Job{"refund", "j" + std::to_string(i)}).get();
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+  EXPECT_TRUE(test::eventually([&] { return ran->total() == 30; }, 20s)) << ran->total();
+  {
+    std::lock_guard lk(ran->mu);
+    EXPECT_EQ(ran->by_node["c"], 0);
+  }
+  const std::string group = detail::shard_group(job_queue_type("refunds"));
+  EXPECT_TRUE(node("c").cluster->coordinator().running(group).empty());
+  EXPECT_EQ(node("a").cluster->coordinator().running(group).size() +
+                node("b").cluster->coordinator().running(group).size(),
+            6u);
+  for (auto& svc : services) (void)svc.stop();
 }
 
 // proves: E6

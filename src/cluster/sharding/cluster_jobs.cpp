@@ -257,6 +257,7 @@ Result<JobService> start_job_service(ActorSystem& system, Remoting& remoting, Sh
     // to it.
     if (auto c = weak.lock()) (void)c->router.tell(NodeGone{std::string(node)});
   };
+  host.roles = cluster.roles;
   if (auto r = directory.attach(core->type, cluster.shard_count, std::move(host)); !r.ok()) {
     core->keeper.stop();
     (void)remoting.unpublish(core->type);

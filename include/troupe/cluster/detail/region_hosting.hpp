@@ -71,6 +71,7 @@ Result<std::shared_ptr<Core>> open_region(ActorSystem& system, std::shared_ptr<J
   host.node_left = [w](std::string_view n) {
     if (auto c = w.lock()) c->node_left(n);
   };
+  host.roles = core->settings.roles;
   auto attached = directory.attach(type, core->settings.shard_count, std::move(host));
   if (!attached.ok()) {
     (void)remoting.unpublish(core->inbox_name);

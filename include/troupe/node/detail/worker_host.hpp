@@ -93,7 +93,9 @@ class WorkerHost final : public Actor<HostMsg> {
     std::vector<std::shared_ptr<Promise<void>>> waiters;
   };
 
-  std::string where(const std::string& unit) const { return "worker group '" + s_.group + "' unit '" + unit + "'"; }
+  std::string where(const std::string& unit) const {
+    return "worker group '" + s_.group + "' unit '" + unit + "'";
+  }
   void log(bool error, const std::string& text) const {
     if (s_.log) s_.log(error, text);
   }
@@ -157,9 +159,10 @@ class WorkerHost final : public Actor<HostMsg> {
   void handle(HostDeadline& m) {
     auto it = units_.find(m.unit);
     if (it == units_.end() || it->second.incarnation != m.incarnation || !it->second.ref) return;
-    log(false, where(m.unit) + ": the worker did not stop within " +
-                   std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(s_.stop_timeout).count()) +
-                   " ms of being asked (busy); stopping it");
+    log(false,
+        where(m.unit) + ": the worker did not stop within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(s_.stop_timeout).count()) +
+            " ms of being asked (busy); stopping it");
     it->second.ref.stop();
   }
 
@@ -176,14 +179,17 @@ class WorkerHost final : public Actor<HostMsg> {
     }
     log(true, where(m.unit) + ": the worker stopped on its own (" + std::string(to_string(m.reason)) +
                   (m.detail.empty() ? "" : ": " + m.detail) + "); it starts again in " +
-                  std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(kWorkerRestartDelay).count()) +
+                  std::to_string(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(kWorkerRestartDelay).count()) +
                   " ms");
     start_timer("restart/" + m.unit, kWorkerRestartDelay, HostRestart{m.unit, m.incarnation});
   }
 
   void handle(HostRestart& m) {
     auto it = units_.find(m.unit);
-    if (it == units_.end() || it->second.incarnation != m.incarnation || it->second.ref || it->second.stopping) return;
+    if (it == units_.end() || it->second.incarnation != m.incarnation || it->second.ref ||
+        it->second.stopping)
+      return;
     launch(m.unit, it->second);
   }
 
@@ -193,15 +199,16 @@ class WorkerHost final : public Actor<HostMsg> {
     u.incarnation = ++next_incarnation_;
     auto spec = decode_(u.spec);
     if (!spec.ok()) {
-      log(true, where(unit) + ": the spec does not decode, the worker is not started: " + spec.error().message());
+      log(true,
+          where(unit) + ": the spec does not decode, the worker is not started: " + spec.error().message());
       return;
     }
     WorkerStart<Spec> start{s_.group, unit, std::move(*spec), u.epoch};
     try {
       u.ref = std::apply(
           [&](auto&... a) {
-            return this->template spawn<A>(SpawnOptions{.name = "worker/" + s_.group + "/" + unit}, std::move(start),
-                                           a...);
+            return this->template spawn<A>(SpawnOptions{.name = "worker/" + s_.group + "/" + unit},
+                                           std::move(start), a...);
           },
           args_);
     } catch (const std::exception& ex) {
