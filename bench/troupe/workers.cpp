@@ -101,22 +101,6 @@ struct TempDir {
 
 double seconds(std::int64_t ns) { return static_cast<double>(ns) / 1e9; }
 
-// Three nodes running the first units() units, synced by node-1. Returns
-// the seconds from the sync command to the last start.
-double start_fleet(Fleet& fleet, const std::string& file, int nodes) {
-  write_units(file, 1, workers::units());
-  for (int i = 0; i < nodes; ++i) fleet.add_node();
-  const std::int64_t t0 = workers::now_ns();
-  fleet.send(kManager, "sync " + std::to_string(nodes));
-  const std::string synced = fleet.reply(kManager, kConvergeS, "the first sync");
-  if (synced != "synced " + std::to_string(workers::units()) + " " + std::to_string(workers::units()))
-    fleet.fail("the first sync reported '" + synced + "', not all " + std::to_string(workers::units()) +
-               " units placed");
-  const std::int64_t last =
-      fleet.settle(unit_set(1, workers::units()), kConvergeS, "the first sync to converge");
-  return seconds(last - t0);
-}
-
 // Fails unless the units stopped since `since` are exactly those in
 // `expected`, each once: any other stop means a node gave up units it
 // should have kept running (it lost its lease, for instance).
@@ -139,6 +123,23 @@ void stopped_only(Fleet& fleet, std::int64_t since, const std::unordered_set<std
   if (stopped.size() != expected.size())
     fleet.fail(std::to_string(stopped.size()) + " units stopped, not the " + std::to_string(expected.size()) +
                " expected");
+}
+
+// Three nodes running the first units() units, synced by node-1. Returns
+// the seconds from the sync command to the last start.
+double start_fleet(Fleet& fleet, const std::string& file, int nodes) {
+  write_units(file, 1, workers::units());
+  for (int i = 0; i < nodes; ++i) fleet.add_node();
+  const std::int64_t t0 = workers::now_ns();
+  fleet.send(kManager, "sync " + std::to_string(nodes));
+  const std::string synced = fleet.reply(kManager, kConvergeS, "the first sync");
+  if (synced != "synced " + std::to_string(workers::units()) + " " + std::to_string(workers::units()))
+    fleet.fail("the first sync reported '" + synced + "', not all " + std::to_string(workers::units()) +
+               " units placed");
+  const std::int64_t last =
+      fleet.settle(unit_set(1, workers::units()), kConvergeS, "the first sync to converge");
+  stopped_only(fleet, t0, {});  // a node that lost its lease while loading would restart its units
+  return seconds(last - t0);
 }
 
 void no_doubles(Fleet& fleet) {
