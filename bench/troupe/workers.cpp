@@ -198,21 +198,27 @@ void workers_failover() {
   const std::int64_t killed = fleet.kill(kVictim);
   fleet.settle(unit_set(1, workers::units()), kConvergeS, "the killed node's units to run elsewhere");
   // The time the last of them started on a live node.
-  const std::int64_t back = fleet.locked([&] {
-    std::int64_t latest = 0;
+  // The times the first and the last of them started on a live node.
+  std::int64_t first = INT64_MAX, back = 0;
+  fleet.locked([&] {
     for (const std::string& u : lost) {
       const auto& runs = fleet.runs().at(u);
       const workers::Run& r = runs.back();
       if (r.stop >= 0 || fleet.nodes()[r.node].killed)
         fleet.fail("unit " + u + " does not run on a live node");
-      latest = std::max(latest, r.start);
+      first = std::min(first, r.start);
+      back = std::max(back, r.start);
     }
-    return latest;
+    return 0;
   });
   stopped_only(fleet, killed, {});
   no_doubles(fleet);
-  std::fprintf(stderr, "workers_failover: node-2 ran %zu of %ld units; now %s\n", lost.size(),
-               workers::units(), counts_text(counts(fleet)).c_str());
+  std::fprintf(
+      stderr,
+      "workers_failover: node-2 ran %zu of %ld units; the first ran again %.3f s after the kill, the "
+      "last %.3f s; now %s\n",
+      lost.size(), workers::units(), seconds(first - killed), seconds(back - killed),
+      counts_text(counts(fleet)).c_str());
   bench::report("workers_failover", seconds(back - killed), "s");
   bench::report("workers_failover_doubles", 0, "units");
 }
