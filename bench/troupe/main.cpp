@@ -34,6 +34,9 @@ void payments(const std::string& workload);  // payments.cpp
 void remote_tell();                      // remote.cpp
 void remote_ask();                       // remote.cpp
 int remote_server(const std::string& workload, const char* fd_arg);  // remote.cpp: the second process
+bool worker_placement(const std::string& workload);  // workers.cpp: workers_sync, _failover, _rebalance
+// workers_node.cpp: a node process of the workers_* rows
+int workers_node(const std::string& node_id, const std::string& units_file, const char* fd_arg);
 }  // namespace troupe_bench
 
 namespace {
@@ -351,6 +354,7 @@ int main(int argc, char** argv) {
     if (bench::lock::shape(argv[2]) != nullptr) return troupe_bench::lock_cluster_server(argv[2], argv[3]);
     return troupe_bench::remote_server(argv[2], argv[3]);
   }
+  if (argc == 5 && w == "workers_node") return troupe_bench::workers_node(argv[2], argv[3], argv[4]);
   if (w == "ping_pong") {
     ping_pong();
   } else if (w == "counting") {
@@ -387,7 +391,7 @@ int main(int argc, char** argv) {
     troupe_bench::jobs_cluster(w);
   } else if (w.rfind("jobs_", 0) == 0) {
     troupe_bench::jobs(w);
-  } else if (troupe_bench::lock(w) || troupe_bench::lock_cluster(w)) {
+  } else if (troupe_bench::lock(w) || troupe_bench::lock_cluster(w) || troupe_bench::worker_placement(w)) {
     // done
   } else if (long pg_entities = bench::journal_entities(w, bench::kJournalPgPrefix); pg_entities > 0) {
     troupe_bench::journal_append_pg(pg_entities);  // journal_append_pg_1, _100, _10000
