@@ -84,6 +84,7 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config, WorkerTypes workers
     cs.listen_host = c.cluster.listen_host;
     cs.listen_port = c.cluster.listen_port;
     cs.advertise_host = c.cluster.advertise_host;
+    cs.roles = c.roles;
     cs.coordination.app_version = c.app_version;
     cs.coordination.redis_host = c.cluster.redis_host;
     cs.coordination.redis_port = c.cluster.redis_port;

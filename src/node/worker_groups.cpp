@@ -191,8 +191,9 @@ void WorkerGroups::prepare(cluster::ClusterSettings& cs) {
     if (auto s = weak.lock()) s->fenced.store(false);
     if (user_unfenced) user_unfenced();
   };
-  // Roles: this is where [node] roles and each group's roles go to the
-  // coordinator, once placement chooses among eligible members only.
+  // Placement gives a group that names roles only to members holding one
+  // (the node's roles go to the cluster with its other settings).
+  for (const auto& g : shared_->groups) cs.coordination.group_roles[g->config.group] = g->config.roles;
 }
 
 Result<void> WorkerGroups::start(ActorSystem& system, cluster::Coordinator& coordinator) {

@@ -62,7 +62,7 @@ class WorkerGroups {
   std::size_t max_body_bytes() const noexcept;
 
   // Before the cluster starts: what the coordinator needs from the worker
-  // groups (the fencing hooks; the roles, once placement knows them).
+  // groups (the fencing hooks, each group's roles).
   void prepare(cluster::ClusterSettings& cs);
   // After the cluster has started: spawns the hosts, serves the groups this
   // node hosts, starts the syncs this node runs. Errors from serve().

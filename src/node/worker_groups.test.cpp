@@ -468,6 +468,43 @@ TEST(WorkerGroupNode, AWorkerThatIgnoresItsStopIsStoppedAtTheStopTimeout) {
   EXPECT_TRUE(within(5s, [&] { return n1.cluster()->coordinator().running("dev").empty(); }));
 }
 
+// proves: W9
+// proves: W8
+// A group that names a role runs only on nodes holding it: with none live
+// the sync reports NO_ACCEPTABLE_WORKER for every unit; once one is, every
+// unit goes to it and stays there through a rebalance, while the manager
+// that lacks the role syncs it and runs none.
+TEST(WorkerGroupNode, AGroupsUnitsGoOnlyToNodesWithItsRole) {
+  Fleet f("troupe-wg-roles");
+  auto file = f.dir / "units.txt";
+  write_file(file, "r1 a\nr2 b\nr3 c\nr4 d\n");
+  const std::string group = file_group(file, 3'600'000) + "roles = [\"devices\"]\n";
+  Node& m = f.start("m1", group, "roles = [\"manager\"]");
+  auto [s0, r0] = call(m.admin_port(), "POST", "/workers/dev/sync");
+  ASSERT_EQ(s0, 200) << r0.dump();
+  ASSERT_EQ(r0["report"]["failed"].size(), 4u) << r0.dump();
+  EXPECT_NE(r0["report"]["failed"][0]["message"].get<std::string>().find("NO_ACCEPTABLE_WORKER"), std::string::npos)
+      << r0.dump();
+  EXPECT_EQ(f.ledger->live(), 0);
+
+  Node& d = f.start("d1", group, "roles = [\"devices\"]");
+  auto [s1, r1] = call(m.admin_port(), "POST", "/workers/dev/sync");
+  ASSERT_EQ(s1, 200) << r1.dump();
+  EXPECT_EQ(r1["report"]["assigned"], 4) << r1.dump();
+  ASSERT_TRUE(within(10s, [&] { return f.ledger->live() == 4; }));
+  ASSERT_TRUE(m.cluster()->coordinator().rebalance("dev").get().ok());
+  std::this_thread::sleep_for(300ms);
+  for (const auto& [u, x] : f.ledger->snapshot()) {
+    EXPECT_EQ(x.node, "d1") << u;
+    EXPECT_EQ(x.running, 1) << u;
+  }
+  EXPECT_EQ(d.cluster()->coordinator().running("dev").size(), 4u);
+  EXPECT_TRUE(m.cluster()->coordinator().running("dev").empty());
+  auto [s2, v2] = call(m.admin_port(), "GET", "/workers/dev");
+  EXPECT_EQ(v2["served_here"], false);
+  EXPECT_EQ(v2["synced_here"], true);
+}
+
 std::string webhook_group(const std::string& extra = "") {
   return "[[workers]]\ngroup = \"hooks\"\ntype = \"dev\"\nsource = \"webhook\"\nmax_body_bytes = 1024\n"
          "roles = [\"devices\"]\n" +
