@@ -188,14 +188,14 @@ Result<void> Node::drain() {
     if (cluster_) {
       const std::string& id = config_.id;
       auto told = [&id](const cluster::HandOffReport& r) {
-        std::fprintf(stderr, "troupe: node '%s': handed off %zu of %zu shards and job queues\n", id.c_str(), r.moved,
-                     r.units);
+        std::fprintf(stderr, "troupe: node '%s': handed off %zu of %zu shards, job queues and workers\n", id.c_str(),
+                     r.moved, r.units);
       };
       // The whole hand-off, well within a supervisor's stop timeout
       // (TimeoutStopSec=60s in deploy/systemd).
       auto r = cluster_->leave(std::chrono::seconds(45), told);
       if (r.ok()) {
-        std::fprintf(stderr, "troupe: node '%s': handed off %zu of %zu shards and job queues in %lld ms%s\n",
+        std::fprintf(stderr, "troupe: node '%s': handed off %zu of %zu shards, job queues and workers in %lld ms%s\n",
                      id.c_str(), r->moved, r->units,
                      static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(r->took).count()),
                      r->kept ? (", " + std::to_string(r->kept) + " kept: no other node could take them").c_str() : "");

@@ -640,6 +640,48 @@ TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
   n1.reset();
 }
 
+// An entity type that names a role is hosted only by nodes holding it: a
+// node without the role owns none of its shards, even after a rebalance,
+// and its asks are answered by the node that has it.
+// proves: W8
+TEST(NodeCluster, AnEntityTypeNamingARoleIsHostedOnlyByNodesHoldingIt) {
+  ClusterScratch scratch("troupe-node-roles");
+  auto start = [&](const std::string& id, std::vector<std::string> roles) {
+    auto c = scratch.config(id);
+    c.roles = std::move(roles);
+    auto n = Node::start(std::move(c));
+    EXPECT_TRUE(n.ok()) << n.error().to_string();
+    troupe::node::EntityTypeOptions<Tally> opts;
+    opts.type = "tally";
+    opts.events = tally_codecs();
+    opts.commands = tally_commands();
+    opts.roles = {"ledger"};
+    auto t = (*n)->serve_entities<Tally>(std::move(opts));
+    EXPECT_TRUE(t.ok()) << t.error().to_string();
+    (*n)->mark_ready();
+    return std::pair{std::move(*n), std::move(*t)};
+  };
+  auto [n1, t1] = start("r1", {"ledger"});
+  auto [n2, t2] = start("r2", {"web"});
+  for (int i = 0; i < 40; ++i) {
+    auto v = t2.ask<std::int64_t>("k" + std::to_string(i), [](troupe::ReplyTo<std::int64_t> r) { return Add{1, std::move(r)}; }, 10s).get();
+    ASSERT_TRUE(v.ok()) << v.error().to_string();
+    EXPECT_EQ(*v, 1);
+  }
+  auto [status, moved] = admin_call(n2->admin_port(), "POST", "/rebalance");
+  EXPECT_EQ(status, 200) << moved.dump();
+  EXPECT_EQ(moved["moves"], 0) << "r2 may host no tally shard: " << moved.dump();
+  json o;
+  for (int i = 0; i < 100 && o["shards"].size() != 16u; ++i) {
+    o = admin_call(n2->admin_port(), "GET", "/cluster").second;
+    if (o["shards"].size() != 16u) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_EQ(o["shards"].size(), 16u) << o.dump();
+  for (const auto& sh : o["shards"]) EXPECT_EQ(sh["owner"], "r1") << sh.dump();
+  n2.reset();
+  n1.reset();
+}
+
 // During a rolling update (two app versions live) POST /rebalance moves
 // nothing and says why, naming the versions; the shards stay where they are.
 TEST(NodeCluster, RebalanceWhileTwoAppVersionsAreLiveAnswersThatItWaits) {

@@ -56,7 +56,8 @@ struct ClusterSettings {
   CoordinatorSettings coordination{};
   // How long start() waits for Redis and registration.
   Duration start_timeout = std::chrono::seconds(30);
-  // How many shards and job queues leave() moves at once (at least 1).
+  // How many placement units (shards, job queues, workers) leave() moves at
+  // once (at least 1).
   std::size_t hand_off_batch = 8;
 };
 

@@ -27,7 +27,7 @@
 //   heartbeat_ms = 1000
 //   liveness_threshold_ms = 3000
 //   takeover_margin_ms = 500
-//   hand_off_batch = 8            # shards and job queues a drain moves at once
+//   hand_off_batch = 8            # shards, job queues and workers a drain moves at once
 //
 //   [entities]
 //   shard_count = 64              # shards per entity type, the same on every node

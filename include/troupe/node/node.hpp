@@ -84,6 +84,11 @@ struct EntityTypeOptions {
   std::function<B(const std::string&)> factory;
   // Processing timeout the stop waits for; zero: the node's stop_timeout.
   Duration stop_timeout = Duration::zero();
+  // In a cluster, the node roles ([node] roles) that may host the type's
+  // shards (SPEC W8); empty: any node. A node without one of them hosts
+  // none of its shards and still sends to the type. Every node serving the
+  // type must name the same roles. Ignored on a single node.
+  std::vector<std::string> roles;
 };
 
 // One entity type served by the node: a local registry or a shard region.
@@ -153,6 +158,7 @@ class Node {
       cluster::ShardRegionSettings rs;
       rs.entity = es;
       rs.shard_count = config_.entities.shard_count;
+      rs.roles = std::move(options.roles);
       auto r = cluster::ShardRegion<B>::start(*system_, journal_, cluster_->remoting(), cluster_->directory(), rs,
                                               std::move(options.events), std::move(options.commands),
                                               std::move(options.factory));
