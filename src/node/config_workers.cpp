@@ -28,6 +28,10 @@ Result<void> check_group(const std::string& group, const std::string& setting) {
   if (!ok)
     return bad(setting + ": \"" + group + "\" is not a group name: 1 to " +
                std::to_string(cluster::max_group_length) + " of A-Z a-z 0-9 . _ / -");
+  // The entity types' and job queues' shards are the coordinator's groups
+  // "shards/<type>": a worker group of that name would sync them away.
+  if (group.rfind("shards/", 0) == 0)
+    return bad(setting + ": \"" + group + "\": names under \"shards/\" are the entity types' and job queues' shards");
   return {};
 }
 

@@ -100,7 +100,10 @@ struct WorkerGroups::Shared {
         std::lock_guard glk(g->mu);
         g->syncing = true;
       }
-      return coordinator->sync(g->config.group, g->source);
+      // One round: the node times them (the ticker for file and http
+      // sources, each POST for a webhook), so a webhook's set is never
+      // re-applied by a manager that was posted an older one.
+      return coordinator->sync(g->config.group, g->source, /*periodic=*/false);
     }();
     std::move(f).then([g, done = std::move(done)](Result<cluster::SyncReport> r) {
       {
@@ -183,7 +186,19 @@ void WorkerGroups::prepare(cluster::ClusterSettings& cs) {
   std::weak_ptr<Shared> weak = shared_;
   auto user_fenced = std::move(cs.coordination.on_fenced);
   cs.coordination.on_fenced = [weak, user_fenced] {
-    if (auto s = weak.lock()) s->fenced.store(true);
+    if (auto s = weak.lock()) {
+      s->fenced.store(true);
+      // Workers already told to stop (a move, a drain) stop now too: their
+      // units may be taken over threshold + margin after the lease ran out.
+      for (const auto& g : s->groups) {
+        std::shared_ptr<WorkerHostRef> host;
+        {
+          std::lock_guard lk(g->mu);
+          host = g->host;
+        }
+        if (host) host->fenced();
+      }
+    }
     if (user_fenced) user_fenced();
   };
   auto user_unfenced = std::move(cs.coordination.on_unfenced);
@@ -221,9 +236,12 @@ Result<void> WorkerGroups::start(ActorSystem& system, cluster::Coordinator& coor
       if (error) g->worker_errors.fetch_add(1);
       if (auto s = weak.lock()) s->log(error, text);
     };
-    g->host = entry->spawn_host(system, std::move(hs));
+    std::shared_ptr<WorkerHostRef> host = entry->spawn_host(system, std::move(hs));
+    {
+      std::lock_guard lk(g->mu);  // the fencing hook reads it on the coordinator thread
+      g->host = host;
+    }
     cluster::Reconciler rec;
-    std::shared_ptr<WorkerHostRef> host = g->host;
     rec.start = [host](const std::string& unit, const std::string& spec, std::uint64_t epoch) {
       host->start(unit, spec, epoch);
     };

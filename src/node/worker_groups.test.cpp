@@ -109,7 +109,7 @@ TEST(WorkerGroupConfig, BadInputIsRefusedNamingTheSetting) {
 // The config takes a group name exactly when the coordinator does.
 TEST(WorkerGroupConfig, GroupNamesFollowTheCoordinatorsRule) {
   for (const std::string& name :
-       std::vector<std::string>{"g", "shards/payment", "a.b_c-d", "a b", "x|y", "", std::string(128, 'g'),
+       std::vector<std::string>{"g", "devices/eu", "a.b_c-d", "a b", "x|y", "", std::string(128, 'g'),
                                 std::string(129, 'g'), "caf\xc3\xa9", "tab\t"}) {
     auto c = NodeConfig::parse(
         std::string(kCluster) + "[[workers]]\ngroup = \"" + name + "\"\ntype = \"t\"\nsource = \"webhook\"\n",
@@ -117,6 +117,13 @@ TEST(WorkerGroupConfig, GroupNamesFollowTheCoordinatorsRule) {
     bool coordinator = troupe::cluster::validate_group(name).ok();
     EXPECT_EQ(c.ok(), coordinator) << "\"" << name << "\": " << (c.ok() ? "" : c.error().message());
   }
+  // The coordinator's name for an entity type's shards is no worker group.
+  auto c = NodeConfig::parse(
+      std::string(kCluster) + "[[workers]]\ngroup = \"shards/payment\"\ntype = \"t\"\nsource = \"webhook\"\n",
+      "n.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message().find("names under \"shards/\" are the entity types'"), std::string::npos)
+      << c.error().message();
 }
 
 // Which groups a node serves and whether it syncs, by its roles and theirs.
@@ -466,6 +473,28 @@ TEST(WorkerGroupNode, AWorkerThatIgnoresItsStopIsStoppedAtTheStopTimeout) {
   EXPECT_GE(s["mule"].stopped - s["mule"].stop_asked, 550ms);
   EXPECT_LT(s["mule"].stopped - s["mule"].stop_asked, 3s);
   EXPECT_TRUE(within(5s, [&] { return n1.cluster()->coordinator().running("dev").empty(); }));
+}
+
+// proves: W9
+// A node that loses its lease while a worker is being stopped stops that
+// worker at once, not at the end of its stop timeout: its unit may go to
+// another node threshold + margin after the lease ran out.
+TEST(WorkerGroupNode, AWorkerBeingStoppedStopsAtOnceWhenItsNodeIsFenced) {
+  Fleet f("troupe-wg-fenced");
+  auto file = f.dir / "units.txt";
+  write_file(file, "mule stubborn\n");
+  f.start("x1", file_group(file, 100), "", /*stop_timeout_ms=*/30000);
+  ASSERT_TRUE(within(10s, [&] { return f.ledger->live() == 1; }));
+  write_file(file, "");  // the unit is removed: its worker is told to stop, and ignores it
+  ASSERT_TRUE(within(10s, [&] {
+    return f.ledger->snapshot()["mule"].stop_asked != std::chrono::steady_clock::time_point{};
+  }));
+  // Redis answers nobody for 4 s: the node's lease (1 s) runs out.
+  troupe::test::RedisTestClient admin(f.redis.port());
+  admin.cmd({"CLIENT", "PAUSE", "4000", "ALL"});
+  ASSERT_TRUE(within(10s, [&] { return f.ledger->live() == 0; })) << "the worker outlived its node's lease";
+  auto s = f.ledger->snapshot();
+  EXPECT_LT(s["mule"].stopped - s["mule"].stop_asked, 6s);
 }
 
 // proves: W9

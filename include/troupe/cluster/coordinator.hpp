@@ -362,12 +362,14 @@ class Coordinator {
   Future<std::vector<Assignment>> placements(const std::string& group);
 
   // --- desired set and reconcile (W1) ---
-  // Makes Redis match `source` for `group` now and every sync_interval until
-  // stop(): assigns missing units, unassigns removed ones, updates changed
-  // specs, then publishes a notice to every node. The future is this first
-  // round's report (if start-up has not finished, the round runs once it
-  // has). Calling it again for a group replaces the source.
-  Future<SyncReport> sync(const std::string& group, DesiredSource source);
+  // Makes Redis match `source` for `group` now and, when `periodic`, every
+  // sync_interval until stop(): assigns missing units, unassigns removed
+  // ones, updates changed specs, then publishes a notice to every node. The
+  // future is this first round's report (if start-up has not finished, the
+  // round runs once it has). Calling it again for a group replaces the
+  // source; a call with `periodic` false ends the group's periodic rounds
+  // (the caller times its own: a webhook's posts, a period of its own).
+  Future<SyncReport> sync(const std::string& group, DesiredSource source, bool periodic = true);
   // This node runs its share of `group` through `reconciler`. Register before
   // or after start(); a group is served at most once (a second call fails).
   Result<void> serve(const std::string& group, Reconciler reconciler);

@@ -93,6 +93,9 @@ class WorkerHostRef {
   // Completes once the unit's worker has stopped (or was never running).
   // `immediate`: stop without waiting for a busy worker (the node is fenced).
   virtual Future<void> stop(const std::string& unit, bool immediate) = 0;
+  // The node lost its lease: every worker already told to stop stops now,
+  // without waiting for its work (its unit may be taken over soon).
+  virtual void fenced() = 0;
 };
 
 // How a host logs and bounds stops.

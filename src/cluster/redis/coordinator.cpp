@@ -183,8 +183,9 @@ void Coordinator::Impl::finish_start() {
   };
   periodic_timer_.async_wait(Periodic{this});
   reconcile_all();
+  // Groups synced periodically, and rounds asked for before start-up.
   for (auto& [group, st] : syncs_) {
-    if (!st.in_flight) run_sync(group);
+    if (!st.in_flight && (st.periodic || !st.waiters.empty())) run_sync(group);
   }
   // Declared while the registration was on its way: it may not have
   // carried them.
@@ -354,8 +355,8 @@ Future<std::vector<Assignment>> Coordinator::owned_units(const std::string& grou
 Future<bool> Coordinator::release(const std::string& group, const std::string& unit, std::uint64_t epoch) {
   return impl_->release(group, unit, epoch);
 }
-Future<SyncReport> Coordinator::sync(const std::string& group, DesiredSource source) {
-  return impl_->sync(group, std::move(source));
+Future<SyncReport> Coordinator::sync(const std::string& group, DesiredSource source, bool periodic) {
+  return impl_->sync(group, std::move(source), periodic);
 }
 Result<void> Coordinator::serve(const std::string& group, Reconciler reconciler) {
   return impl_->serve(group, std::move(reconciler));

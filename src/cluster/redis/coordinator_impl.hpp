@@ -132,7 +132,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   Future<bool> release(const std::string& group, const std::string& unit, std::uint64_t epoch);
   Future<std::vector<std::string>> groups();                         // worker_map.cpp
   Future<std::vector<Assignment>> placements(const std::string& group);  // worker_map.cpp
-  Future<SyncReport> sync(const std::string& group, DesiredSource source);
+  Future<SyncReport> sync(const std::string& group, DesiredSource source, bool periodic);
   Result<void> serve(const std::string& group, Reconciler reconciler);
   Future<void> declare_roles(const std::string& group, std::vector<std::string> roles);
 
@@ -160,6 +160,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
     std::vector<Promise<SyncReport>> round_waiters;  // for the round in flight
     bool in_flight = false;
     bool again = false;
+    bool periodic = true;  // another round every sync_interval
     std::unique_ptr<asio::steady_timer> timer;
   };
   struct PendingRelease {

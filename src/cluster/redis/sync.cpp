@@ -1,6 +1,7 @@
 // sync(): a group's desired set, read by a DesiredSource on the
 // SourceRunner's thread, is compared with Redis and applied as assigns,
-// spec updates and unassigns, again every sync_interval.
+// spec updates and unassigns, again every sync_interval unless the caller
+// times the rounds itself.
 
 #include "coordinator_impl.hpp"
 
@@ -43,16 +44,18 @@ void SourceRunner::run() {
 
 // --- sync ------------------------------------------------------------------------------
 
-Future<SyncReport> Coordinator::Impl::sync(const std::string& group, DesiredSource source) {
-  return call<SyncReport>([this, group, source = std::move(source)](Promise<SyncReport>& p) mutable {
+Future<SyncReport> Coordinator::Impl::sync(const std::string& group, DesiredSource source, bool periodic) {
+  return call<SyncReport>([this, group, source = std::move(source), periodic](Promise<SyncReport>& p) mutable {
     if (auto v = validate_group(group); !v.ok()) return p.set_error(v.error());
     if (!source)
       return p.set_error(Error(ErrorCode::invalid_argument, "sync of '" + group + "' without a source"));
     if (phase_ == Phase::stopping || phase_ == Phase::stopped) return p.set_error(shutting_down_error());
     SyncState& st = syncs_[group];
     st.source = std::move(source);
+    st.periodic = periodic;
     st.waiters.push_back(std::move(p));
     if (!st.timer) st.timer = std::make_unique<asio::steady_timer>(io_);
+    if (!periodic) st.timer->cancel();
     if (phase_ == Phase::running) run_sync(group);
   });
 }
@@ -190,7 +193,7 @@ void Coordinator::Impl::finish_sync(const std::string& group, Result<SyncReport>
     run_sync(group);
     return;
   }
-  schedule_sync(group);
+  if (st.periodic) schedule_sync(group);
 }
 
 void Coordinator::Impl::schedule_sync(const std::string& group) {

@@ -279,6 +279,37 @@ TEST_F(RedisCoordinatorTest, AFailingSourceChangesNothing) {
   EXPECT_EQ(c->cmd({"HLEN", keys.group("workers", "assign")}).integer, 2);
 }
 
+// A round the caller times itself (a webhook's post) runs once: the source
+// is not read again every sync_interval, so a manager never re-applies a set
+// that a later post to another manager replaced. Periodic rounds go on, and
+// stop once the group is synced without.
+// proves: W1
+TEST_F(RedisCoordinatorTest, ASyncThatIsNotPeriodicReadsItsSourceOnce) {
+  auto& a = add_node("node-a");  // sync_interval 1 s
+  auto once = std::make_shared<std::atomic<int>>(0);
+  auto r = await(a->sync("posted", [once] {
+    ++*once;
+    return Result<DesiredSet>(DesiredSet{{"p1", ""}});
+  }, /*periodic=*/false));
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  auto every = std::make_shared<std::atomic<int>>(0);
+  ASSERT_TRUE(await(a->sync("polled", [every] {
+    ++*every;
+    return Result<DesiredSet>(DesiredSet{{"q1", ""}});
+  })).ok());
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(once->load(), 1) << "a round the caller times was repeated";
+  EXPECT_GE(every->load(), 3) << "a periodic group was not synced every sync_interval";
+  // Synced once more without a period: the group's periodic rounds end.
+  ASSERT_TRUE(await(a->sync("polled", [every] {
+    ++*every;
+    return Result<DesiredSet>(DesiredSet{{"q1", ""}});
+  }, /*periodic=*/false)).ok());
+  const int after = every->load();
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(every->load(), after);
+}
+
 // proves: W1, W3
 TEST_F(RedisCoordinatorTest, SyncReportsUnitsItCouldNotPlace) {
   auto s = settings("node-a");

@@ -58,7 +58,9 @@ struct HostRestart {
   std::string unit;
   std::uint64_t incarnation = 0;
 };
-using HostMsg = std::variant<HostStart, HostUpdate, HostStop, HostDown, HostDeadline, HostRestart>;
+// The node lost its lease: workers being stopped stop now.
+struct HostFenced {};
+using HostMsg = std::variant<HostStart, HostUpdate, HostStop, HostDown, HostDeadline, HostRestart, HostFenced>;
 
 // How long a worker that stopped on its own (or threw) waits before it is
 // launched again with its unit's latest spec.
@@ -166,6 +168,14 @@ class WorkerHost final : public Actor<HostMsg> {
     it->second.ref.stop();
   }
 
+  void handle(HostFenced&) {
+    for (auto& [unit, u] : units_) {
+      if (!u.stopping || !u.ref) continue;
+      cancel_timer("stop/" + unit);
+      u.ref.stop();
+    }
+  }
+
   void handle(HostDown& m) {
     auto it = units_.find(m.unit);
     if (it == units_.end() || it->second.incarnation != m.incarnation) return;
@@ -245,6 +255,9 @@ class WorkerHostOf final : public WorkerHostRef {
     // A host that is gone took its workers with it: nothing left to wait for.
     if (ref_.tell(HostStop{unit, immediate, p}) != Delivery::delivered) p->set_value();
     return f;
+  }
+  void fenced() override {
+    (void)ref_.tell(HostFenced{});  // not delivered: the host is gone, and its workers with it
   }
 
  private:
