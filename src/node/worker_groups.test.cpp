@@ -497,8 +497,7 @@ TEST(WorkerGroupNode, AWorkerBeingStoppedStopsAtOnceWhenItsNodeIsFenced) {
   EXPECT_LT(s["mule"].stopped - s["mule"].stop_asked, 6s);
 }
 
-// proves: W9
-// proves: W8
+// proves: W8, W9
 // A group that names a role runs only on nodes holding it: with none live
 // the sync reports NO_ACCEPTABLE_WORKER for every unit; once one is, every
 // unit goes to it and stays there through a rebalance, while the manager
