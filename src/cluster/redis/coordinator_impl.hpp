@@ -292,7 +292,9 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void begin_stop(const std::string& group, const std::string& unit, bool release_after);
   void on_stopped(const std::string& group, const std::string& unit, std::uint64_t epoch,
                   const Result<void>& r);
-  void publish_running(const std::string& group);
+  // The running view (running()) by the units that changed.
+  void publish_started(const std::string& group, const std::vector<std::pair<std::string, std::uint64_t>>& units);
+  void publish_stopped(const std::string& group, const std::string& unit);
 
   // --- planned hand-off (handoff.cpp) ---
   // Queues a unit of this node for the hand-off (once).

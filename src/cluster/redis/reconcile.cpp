@@ -108,7 +108,7 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
   }
   for (const auto& unit : to_stop) begin_stop(group, unit, /*release_after=*/true);
   g.waiting = false;
-  bool started_any = false;
+  std::vector<std::pair<std::string, std::uint64_t>> started;
   for (auto& [unit, w] : want) {
     if (g.units.count(unit) != 0) continue;  // running, or stopping (started again once stopped)
     if (hand_off_ && hand_off_->marked) {
@@ -122,7 +122,7 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
       continue;
     }
     g.units.emplace(unit, LocalUnit{w.spec, w.epoch, false, false});
-    started_any = true;
+    started.emplace_back(unit, w.epoch);
     if (g.reconciler.start) {
       try {
         g.reconciler.start(unit, w.spec, w.epoch);
@@ -133,7 +133,7 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
       }
     }
   }
-  if (started_any || !to_stop.empty()) publish_running(group);
+  if (!started.empty()) publish_started(group, started);
   if (hand_off_) pump_hand_off();
 }
 
@@ -178,7 +178,7 @@ void Coordinator::Impl::on_stopped(const std::string& group, const std::string& 
   g.units.erase(it);
   if (!r.ok())
     log(CoordinatorLogLevel::warning, "Reconciler::stop of '" + unit + "' failed: " + r.error().message());
-  publish_running(group);
+  publish_stopped(group, unit);
   if (release_after || fenced_) {
     if (fenced_ || !link_up_) {
       pending_releases_.push_back({group, unit, epoch});
@@ -194,11 +194,19 @@ void Coordinator::Impl::on_stopped(const std::string& group, const std::string& 
   reconcile(group);
 }
 
-void Coordinator::Impl::publish_running(const std::string& group) {
-  std::map<std::string, std::uint64_t> now;
-  for (const auto& [unit, lu] : served_.at(group).units) now.emplace(unit, lu.epoch);
+// The running view changes by the units that changed, never by a copy of
+// the group: a rebalance stops thousands of units one at a time.
+void Coordinator::Impl::publish_started(const std::string& group,
+                                        const std::vector<std::pair<std::string, std::uint64_t>>& units) {
   std::lock_guard lk(view_mu_);
-  running_view_[group] = std::move(now);
+  auto& view = running_view_[group];
+  for (const auto& [unit, epoch] : units) view[unit] = epoch;
+}
+
+void Coordinator::Impl::publish_stopped(const std::string& group, const std::string& unit) {
+  std::lock_guard lk(view_mu_);
+  auto it = running_view_.find(group);
+  if (it != running_view_.end()) it->second.erase(unit);
 }
 
 }  // namespace troupe::cluster
