@@ -232,6 +232,9 @@ void Coordinator::Impl::maybe_finish_stop() {
     finish_stop();
     return;
   }
+  // Releases still queued go first (one connection: in order), so a new
+  // owner waiting for them need not wait for this entry to expire.
+  flush_releases();
   eval(Script::leave, {s_.node_id, session_}, [this](Reply r) {
     if (halted_) return;
     if (!r.ok()) {
@@ -259,6 +262,10 @@ void Coordinator::Impl::close_all() {
   periodic_timer_.cancel();
   start_retry_timer_.cancel();
   end_hand_off(shutting_down_error());
+  for (auto& [g, queued] : release_batch_)
+    for (auto& q : queued)
+      if (q.k) q.k(shutting_down_error());
+  release_batch_.clear();
   for (auto& [g, st] : syncs_) {
     if (st.timer) st.timer->cancel();
     for (auto& w : st.waiters) w.set_error(shutting_down_error());

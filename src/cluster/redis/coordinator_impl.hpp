@@ -152,7 +152,12 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
     std::map<std::string, LocalUnit> units;
     bool in_flight = false;  // a my_units read is out
     bool dirty = false;      // something changed meanwhile: read again
-    bool waiting = false;    // some unit waits for a hand-off: re-read on each heartbeat
+    // Units placed here that wait for their previous owner's release:
+    // re-read on each heartbeat, and on a notice releasing one of them.
+    std::set<std::string> awaited;
+    // Units placed here again while still stopping under an older epoch:
+    // read again once one of them has stopped.
+    std::set<std::string> restart;
   };
   struct SyncState {
     DesiredSource source;
@@ -191,6 +196,11 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   template <class Sig>
   using Fn = troupe::detail::UniqueFunction<Sig>;  // move-only: continuations may own promises
   using ReplyK = Fn<void(Reply)>;
+  struct QueuedRelease {
+    std::string unit;
+    std::uint64_t epoch = 0;
+    Fn<void(Result<bool>)> k;  // may be empty
+  };
 
   // Runs `f(promise)` on the io thread; a halted coordinator answers
   // shutting_down.
@@ -271,8 +281,11 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void do_unassign(const std::string& group, const std::string& unit, bool notify, Fn<void(Result<bool>)> k);
   void do_set_spec(const std::string& group, const std::string& unit, const std::string& spec, bool notify,
                    Fn<void(Result<bool>)> k);
+  // Queues a release; the queue goes out at the end of this turn of the
+  // event loop, a script call (and one notice) per batch.
   void do_release(const std::string& group, const std::string& unit, std::uint64_t epoch,
                   Fn<void(Result<bool>)> k);
+  void flush_releases();
   void do_relocate(const std::string& group, const std::string& unit, bool force, Fn<void(Result<Placement>)> k);
   void log_placement(const std::string& group, const std::string& unit, const Result<Placement>& r) const;
 
@@ -355,6 +368,8 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   std::map<std::string, ServedGroup> served_;
   std::map<std::string, SyncState> syncs_;
   std::vector<PendingRelease> pending_releases_;
+  std::map<std::string, std::vector<QueuedRelease>> release_batch_;
+  bool release_flush_posted_ = false;
   std::optional<HandOff> hand_off_;
   std::vector<Promise<void>> start_waiters_;
   std::vector<Promise<void>> stop_waiters_;

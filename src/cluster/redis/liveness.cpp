@@ -80,7 +80,7 @@ void Coordinator::Impl::on_beat(TimePoint sent, bool registering, Reply r) {
     }
     if (!dead.empty()) run_takeover(std::move(dead));
     for (auto& [group, g] : served_)
-      if (g.waiting) reconcile(group);
+      if (!g.awaited.empty()) reconcile(group);
     return;
   }
   if (status == "GONE") {

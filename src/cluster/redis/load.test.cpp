@@ -1,9 +1,12 @@
 // The coordinator under bulk placement traffic, against a real
 // redis-server: a rebalance of thousands of units costs no member its
-// lease, and each node's running view follows every unit it starts and
-// stops.
+// lease and each node's running view follows every unit it starts and
+// stops, releases go out in batches with one notice each, and a `released`
+// notice makes only a node waiting for one of its units read again.
 
 #include <gtest/gtest.h>
+
+#include <thread>
 
 #include "coordinator_test_support.hpp"
 
@@ -24,6 +27,7 @@ TEST_F(RedisCoordinatorTest, ARebalanceOfThousandsOfUnitsCompletesWithoutAnyMemb
   ASSERT_TRUE(wait_until(
       [&] { return a.rec->running_now().size() == 1500 && b.rec->running_now().size() == 1500; }, 30s));
   auto& n3 = add_node("node-c");
+  const long long publishes = calls_of(*c, "publish");
 
   auto moves = await(a->rebalance_all("workers"), 30s);
   ASSERT_TRUE(moves.ok()) << moves.error().to_string();
@@ -40,6 +44,38 @@ TEST_F(RedisCoordinatorTest, ARebalanceOfThousandsOfUnitsCompletesWithoutAnyMemb
         << n->id << "'s running view differs from what it runs";
   }
   for (const auto& m : *moves) EXPECT_EQ(fleet.starts(m.unit), 2u) << m.unit;
+  // The 1,000 hand-offs were released in batches, one notice each (the
+  // rest: the rebalance's `moved`).
+  EXPECT_LT(calls_of(*c, "publish") - publishes, 100);
+}
+
+// proves: W7
+TEST_F(RedisCoordinatorTest, AReleasedNoticeMakesOnlyANodeWaitingForOneOfItsUnitsReadAgain) {
+  auto quiet = [&](const std::string& id) {
+    auto s = settings(id);
+    s.sync_interval = 60s;  // no periodic read during the count
+    return s;
+  };
+  auto& a = start_node(make_node(quiet("node-a")));
+  auto& b = start_node(make_node(quiet("node-b")));
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(await(a->assign("workers", "w" + std::to_string(i), "")).ok());
+  ASSERT_TRUE(wait_until(
+      [&] { return a.rec->running_now().size() + b.rec->running_now().size() == 20; }));
+  auto c = client();
+  std::this_thread::sleep_for(300ms);  // reads the assigns caused are over
+  // my_units is the only script that reads a member's unit set with
+  // SMEMBERS while nothing is placed.
+  const long long reads = calls_of(*c, "smembers");
+  for (int i = 0; i < 50; ++i)
+    c->cmd({"PUBLISH", keys.events(), "released workers w" + std::to_string(i % 20) + " other"});
+  std::this_thread::sleep_for(500ms);
+  EXPECT_EQ(calls_of(*c, "smembers") - reads, 0) << "nobody waits for a hand-off, yet nodes read again";
+
+  // The count does see reads: a `changed` notice makes both nodes read.
+  c->cmd({"PUBLISH", keys.events(), "changed workers"});
+  std::this_thread::sleep_for(300ms);
+  const long long after_changed = calls_of(*c, "smembers");
+  EXPECT_EQ(after_changed - reads, 2);
 }
 
 }  // namespace

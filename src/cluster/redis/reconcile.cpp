@@ -19,7 +19,7 @@ Result<void> Coordinator::Impl::serve(const std::string& group, Reconciler recon
   }
   asio::post(io_, [this, group, reconciler = std::move(reconciler)]() mutable {
     if (halted_) return;
-    served_.emplace(group, ServedGroup{std::move(reconciler), {}, false, false, false});
+    served_.emplace(group, ServedGroup{std::move(reconciler), {}, false, false, {}, {}});
     reconcile(group);
   });
   return {};
@@ -107,10 +107,16 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
     }
   }
   for (const auto& unit : to_stop) begin_stop(group, unit, /*release_after=*/true);
-  g.waiting = false;
+  g.awaited.clear();
+  g.restart.clear();
   std::vector<std::pair<std::string, std::uint64_t>> started;
   for (auto& [unit, w] : want) {
-    if (g.units.count(unit) != 0) continue;  // running, or stopping (started again once stopped)
+    auto running = g.units.find(unit);
+    if (running != g.units.end()) {
+      // Running, or stopping: started again once stopped.
+      if (running->second.stopping) g.restart.insert(unit);
+      continue;
+    }
     if (hand_off_ && hand_off_->marked) {
       // Placed here while this node hands its units off: moved on, never
       // started.
@@ -118,7 +124,7 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
       continue;
     }
     if (!w.waiting_for.empty()) {
-      g.waiting = true;
+      g.awaited.insert(unit);
       continue;
     }
     g.units.emplace(unit, LocalUnit{w.spec, w.epoch, false, false});
@@ -191,7 +197,9 @@ void Coordinator::Impl::on_stopped(const std::string& group, const std::string& 
     maybe_finish_stop();
     return;
   }
-  reconcile(group);
+  // Only a unit placed here again needs a read to start; a unit that moved
+  // away has nothing more to do here.
+  if (g.restart.erase(unit) != 0) reconcile(group);
 }
 
 // The running view changes by the units that changed, never by a copy of

@@ -169,8 +169,24 @@ void Coordinator::Impl::on_event(std::string_view payload) {
   auto words = split_words(payload);
   if (words.size() < 2) return;
   const std::string& kind = words[0];
-  if (kind == "sync" || kind == "changed" || kind == "moved" || kind == "released") {
+  if (kind == "sync" || kind == "changed" || kind == "moved") {
     reconcile(words[1]);
+  } else if (kind == "released") {
+    // "released <G> <unit>...": only a node waiting for one of these units
+    // has anything to read again (or one whose read is out: its answer
+    // may predate the release).
+    auto it = served_.find(words[1]);
+    if (it == served_.end()) return;
+    if (it->second.in_flight) {
+      reconcile(words[1]);
+      return;
+    }
+    for (std::size_t i = 2; i < words.size(); ++i) {
+      if (it->second.awaited.count(words[i]) != 0) {
+        reconcile(words[1]);
+        return;
+      }
+    }
   }
   // "left <member>": the next heartbeat's view shows it.
 }
