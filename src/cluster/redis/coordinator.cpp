@@ -37,16 +37,20 @@ Coordinator::Impl::Impl(CoordinatorSettings s)
       work_(asio::make_work_guard(io_)),
       cmd_(io_, endpoint_, "commands", s_.command_timeout),
       sub_(io_, endpoint_, "notices", s_.command_timeout),
+      beat_(io_, endpoint_, "heartbeats", s_.command_timeout),
       heartbeat_timer_(io_),
       fence_timer_(io_),
       reconnect_timer_(io_),
+      beat_reconnect_timer_(io_),
       periodic_timer_(io_),
       start_retry_timer_(io_),
       backoff_(s_.reconnect_min_backoff),
+      beat_backoff_(s_.reconnect_min_backoff),
       member_roles_(detail::roles_text(s_.roles, "")) {
   for (const auto& [group, roles] : s_.group_roles) group_roles_[group] = detail::roles_text(roles, "*");
   cmd_.set_lost_handler([this](const Error& e) { on_link_lost(e); });
   sub_.set_lost_handler([this](const Error& e) { on_link_lost(e); });
+  beat_.set_lost_handler([this](const Error& e) { on_beat_link_lost(e); });
 }
 
 Coordinator::Impl::~Impl() {
@@ -150,6 +154,8 @@ void Coordinator::Impl::fail_start(const Error& e) {
   registered_ = false;
   cmd_.close();
   sub_.close();
+  beat_.close();
+  beat_reconnect_timer_.cancel();
   fence_timer_.cancel();
   start_retry_timer_.cancel();
   for (auto& w : start_waiters_) w.set_error(e);
@@ -256,6 +262,8 @@ void Coordinator::Impl::maybe_finish_stop() {
 void Coordinator::Impl::close_all() {
   cmd_.close();
   sub_.close();
+  beat_.close();
+  beat_reconnect_timer_.cancel();
   heartbeat_timer_.cancel();
   fence_timer_.cancel();
   reconnect_timer_.cancel();

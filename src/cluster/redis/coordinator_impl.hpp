@@ -6,7 +6,8 @@
 // assignment.cpp; rebalance.cpp; reconcile.cpp; sync.cpp; worker_map.cpp).
 // Internal to src/cluster/redis/.
 //
-// One io thread runs two hiredis connections (commands and pub/sub), the
+// One io thread runs three hiredis connections (commands, pub/sub, and
+// heartbeats alone, so placement traffic never delays a lease), the
 // heartbeat, the fence timer, takeovers, syncs and reconciles. Every piece
 // of state below is touched only on that thread, except the cached views
 // (members, first-manager answer, fenced flag, running units), which sit
@@ -236,7 +237,13 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void load_scripts(std::function<void(Result<void>)> done);
   void on_link_lost(const Error& e);
   void schedule_reconnect();
-  void eval(Script s, std::vector<std::string> args, ReplyK k);
+  void eval(Script s, std::vector<std::string> args, ReplyK k) { eval_on(cmd_, s, std::move(args), std::move(k)); }
+  void eval_on(RedisConnection& conn, Script s, std::vector<std::string> args, ReplyK k);
+  // The heartbeat connection lives apart from the other two: lost, it
+  // reconnects alone; the others lost, heartbeats go on.
+  void connect_beat(std::function<void(Result<void>)> done);
+  void on_beat_link_lost(const Error& e);
+  void schedule_beat_reconnect();
   Reply script_reply(Script s, Reply r) const;
   Error unexpected(Script s, const RedisReply& r) const;
   void on_event(std::string_view payload);
@@ -335,9 +342,11 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   std::thread thread_;
   RedisConnection cmd_;
   RedisConnection sub_;
+  RedisConnection beat_;
   asio::steady_timer heartbeat_timer_;
   asio::steady_timer fence_timer_;
   asio::steady_timer reconnect_timer_;
+  asio::steady_timer beat_reconnect_timer_;
   asio::steady_timer periodic_timer_;
   asio::steady_timer start_retry_timer_;
   detail::SourceRunner sources_;
@@ -350,6 +359,8 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   bool link_up_ = false;
   bool connecting_link_ = false;
   Duration backoff_;
+  Duration beat_backoff_;
+  bool beat_connecting_ = false;
   bool beat_in_flight_ = false;
   bool registered_ = false;
   bool fenced_ = false;

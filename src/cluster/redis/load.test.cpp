@@ -1,14 +1,16 @@
 // The coordinator under bulk placement traffic, against a real
 // redis-server: a rebalance of thousands of units costs no member its
-// lease and each node's running view follows every unit it starts and
-// stops, releases go out in batches with one notice each, and a `released`
-// notice makes only a node waiting for one of its units read again.
+// lease, releases go out in batches with one notice each, a `released`
+// notice makes only a node waiting for one of its units read again, and a
+// node whose command traffic is stuck keeps its lease on the heartbeat's
+// own connection.
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "coordinator_test_support.hpp"
+#include "tcp_test_proxy.hpp"
 
 namespace troupe::test {
 namespace {
@@ -76,6 +78,39 @@ TEST_F(RedisCoordinatorTest, AReleasedNoticeMakesOnlyANodeWaitingForOneOfItsUnit
   std::this_thread::sleep_for(300ms);
   const long long after_changed = calls_of(*c, "smembers");
   EXPECT_EQ(after_changed - reads, 2);
+}
+
+// The connections of node-a to Redis all stall but the heartbeat's: its
+// commands time out again and again, yet its lease holds, it stays
+// unfenced, and nobody takes its units.
+// proves: W7
+TEST_F(RedisCoordinatorTest, ANodeWhoseCommandTrafficIsStuckKeepsItsLeaseOnTheHeartbeatConnection) {
+  TcpTestProxy proxy(redis->port());
+  // Accepted in this order: commands, notices, heartbeats.
+  auto& a = start_node(make_node(settings("node-a", proxy.port())));
+  auto& b = add_node("node-b");
+  ASSERT_TRUE(await(b->sync("workers", [] {
+                  cluster::DesiredSet d;
+                  for (int i = 0; i < 6; ++i) d.emplace("w" + std::to_string(i), "");
+                  return Result<cluster::DesiredSet>(d);
+                })).ok());
+  ASSERT_TRUE(
+      wait_until([&] { return a.rec->running_now().size() == 3 && b.rec->running_now().size() == 3; }));
+  auto a_units = a.rec->running_now();
+  std::this_thread::sleep_for(1600ms);  // node-b may take over from here on
+
+  proxy.stall_all_but(2);
+  auto during = await(a->assign("workers", "x", ""), 5s);
+  ASSERT_FALSE(during.ok()) << "the commands connection is stalled";
+  std::this_thread::sleep_for(3000ms);  // three liveness thresholds
+  EXPECT_EQ(a.rec->fenced_count(), 0) << "the heartbeat connection was not stalled";
+  EXPECT_FALSE(a->is_fenced());
+  EXPECT_EQ(a.rec->running_now(), a_units);
+  for (const auto& [unit, epoch] : a_units) EXPECT_EQ(fleet.runner(unit), "node-a") << unit;
+
+  proxy.heal();
+  ASSERT_TRUE(wait_until([&] { return await(a->assign("workers", "x", ""), 2s).ok(); }, 10s));
+  EXPECT_EQ(a.rec->fenced_count(), 0);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The coordinator's link to Redis: connecting both connections (commands,
-// and the subscription to the cluster's notices), loading the Lua scripts,
+// The coordinator's link to Redis: connecting its connections (commands,
+// the subscription to the cluster's notices, and heartbeats), loading the Lua scripts,
 // reconnecting with back-off, running a script (EVALSHA, with EVAL when
 // Redis lost its script cache) and checking its reply's shape, and the
 // notices that make this node read its assignments again.
@@ -36,9 +36,19 @@ void Coordinator::Impl::connect_link(std::function<void(Result<void>)> done) {
                 return fail(
                     Error(ErrorCode::coordination_failed,
                           "the connection to Redis at " + endpoint_.describe() + " broke while connecting"));
-              connecting_link_ = false;
-              link_up_ = true;
-              done({});
+              auto up = [this, done] {
+                connecting_link_ = false;
+                link_up_ = true;
+                done({});
+              };
+              // Reconnecting after the other two were lost: the heartbeat
+              // connection has its own loop.
+              if (beat_.ready() || beat_connecting_) return up();
+              connect_beat([this, up, fail](Result<void> br) {
+                if (halted_) return;
+                if (!br.ok()) return fail(br.error());
+                up();
+              });
             });
       });
     });
@@ -112,12 +122,49 @@ void Coordinator::Impl::schedule_reconnect() {
   });
 }
 
-void Coordinator::Impl::eval(Script s, std::vector<std::string> args, ReplyK k) {
+void Coordinator::Impl::connect_beat(std::function<void(Result<void>)> done) {
+  beat_connecting_ = true;
+  beat_.connect([this, done](Result<void> r) {
+    beat_connecting_ = false;
+    if (halted_) return;
+    if (!r.ok()) beat_.close();
+    done(r);
+  });
+}
+
+void Coordinator::Impl::on_beat_link_lost(const Error& e) {
+  if (halted_ || beat_connecting_) return;
+  log(CoordinatorLogLevel::warning, "lost the heartbeat connection to Redis: " + e.message() + "; reconnecting");
+  beat_.close();
+  schedule_beat_reconnect();
+}
+
+void Coordinator::Impl::schedule_beat_reconnect() {
+  if (halted_ || phase_ == Phase::stopped || phase_ == Phase::idle) return;
+  beat_reconnect_timer_.expires_after(beat_backoff_);
+  beat_reconnect_timer_.async_wait([this](const asio::error_code& ec) {
+    if (ec || halted_ || beat_.ready() || beat_connecting_) return;
+    if (phase_ != Phase::running && phase_ != Phase::stopping) return;
+    connect_beat([this](Result<void> r) {
+      if (halted_) return;
+      if (!r.ok()) {
+        log(CoordinatorLogLevel::debug, "heartbeat reconnect failed: " + r.error().message());
+        beat_backoff_ = std::min(beat_backoff_ * 2, s_.reconnect_max_backoff);
+        schedule_beat_reconnect();
+        return;
+      }
+      beat_backoff_ = s_.reconnect_min_backoff;
+      send_beat();
+    });
+  });
+}
+
+void Coordinator::Impl::eval_on(RedisConnection& conn, Script s, std::vector<std::string> args, ReplyK k) {
   if (phase_ == Phase::stopped) {
     asio::post(io_, [k = std::move(k), e = shutting_down_error()]() mutable { k(e); });
     return;
   }
-  if (!link_up_ && !connecting_link_ && phase_ != Phase::starting) {
+  if (&conn == &cmd_ && !link_up_ && !connecting_link_ && phase_ != Phase::starting) {
     Error e = phase_ == Phase::idle ? Error(ErrorCode::not_ready, "the coordinator of node '" + s_.node_id +
                                                                       "' is not started; call start() first")
                                     : not_connected_error();
@@ -132,13 +179,13 @@ void Coordinator::Impl::eval(Script s, std::vector<std::string> args, ReplyK k) 
   argv->insert(argv->end(), script_keys_.begin(), script_keys_.end());
   argv->push_back(keys_.base());
   for (auto& a : args) argv->push_back(std::move(a));
-  cmd_.command(*argv, [this, s, argv, k = std::move(k)](Reply r) mutable {
+  conn.command(*argv, [this, &conn, s, argv, k = std::move(k)](Reply r) mutable {
     if (r.ok() && r->is_error() && r->str.compare(0, 8, "NOSCRIPT") == 0) {
       // The script cache was flushed (SCRIPT FLUSH, a failover): send the
       // text, which also loads it again.
       (*argv)[0] = "EVAL";
       (*argv)[1] = detail::script_text(s);
-      cmd_.command(*argv,
+      conn.command(*argv,
                    [this, s, k = std::move(k)](Reply r2) mutable { k(script_reply(s, std::move(r2))); });
       return;
     }
