@@ -237,6 +237,12 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void load_scripts(std::function<void(Result<void>)> done);
   void on_link_lost(const Error& e);
   void schedule_reconnect();
+  // After `backoff` on `timer`, while `needed()`, runs `connect`; a failure
+  // doubles `backoff` (up to reconnect_max_backoff) and tries again, a
+  // success resets it and runs `up`. `what` names the attempt in the log.
+  void reconnect_later(asio::steady_timer& timer, Duration& backoff, std::function<bool()> needed,
+                       std::function<void(std::function<void(Result<void>)>)> connect, std::function<void()> up,
+                       std::string what);
   void eval(Script s, std::vector<std::string> args, ReplyK k) { eval_on(cmd_, s, std::move(args), std::move(k)); }
   void eval_on(RedisConnection& conn, Script s, std::vector<std::string> args, ReplyK k);
   // The heartbeat connection lives apart from the other two: lost, it

@@ -96,28 +96,40 @@ void Coordinator::Impl::on_link_lost(const Error& e) {
 }
 
 void Coordinator::Impl::schedule_reconnect() {
+  reconnect_later(
+      reconnect_timer_, backoff_, [this] { return !link_up_ && !connecting_link_; },
+      [this](std::function<void(Result<void>)> done) { connect_link(std::move(done)); },
+      [this] {
+        log(CoordinatorLogLevel::info, "reconnected to Redis at " + endpoint_.describe());
+        link_warned_ = false;
+        send_beat();
+        // Notices published while the subscription was down are lost: read
+        // again rather than trust that nothing happened.
+        reconcile_all();
+        for (const auto& pr : pending_releases_) do_release(pr.group, pr.unit, pr.epoch, [](Result<bool>) {});
+        pending_releases_.clear();
+      },
+      "reconnect");
+}
+
+void Coordinator::Impl::reconnect_later(asio::steady_timer& timer, Duration& backoff, std::function<bool()> needed,
+                                        std::function<void(std::function<void(Result<void>)>)> connect,
+                                        std::function<void()> up, std::string what) {
   if (halted_ || phase_ == Phase::stopped || phase_ == Phase::idle) return;
-  reconnect_timer_.expires_after(backoff_);
-  reconnect_timer_.async_wait([this](const asio::error_code& ec) {
-    if (ec || halted_ || link_up_ || connecting_link_) return;
+  timer.expires_after(backoff);
+  timer.async_wait([this, &timer, &backoff, needed, connect, up, what](const asio::error_code& ec) {
+    if (ec || halted_ || !needed()) return;
     if (phase_ != Phase::running && phase_ != Phase::stopping) return;
-    connect_link([this](Result<void> r) {
+    connect([this, &timer, &backoff, needed, connect, up, what](Result<void> r) {
       if (halted_) return;
       if (!r.ok()) {
-        log(CoordinatorLogLevel::debug, "reconnect failed: " + r.error().message());
-        backoff_ = std::min(backoff_ * 2, s_.reconnect_max_backoff);
-        schedule_reconnect();
+        log(CoordinatorLogLevel::debug, what + " failed: " + r.error().message());
+        backoff = std::min(backoff * 2, s_.reconnect_max_backoff);
+        reconnect_later(timer, backoff, needed, connect, up, what);
         return;
       }
-      backoff_ = s_.reconnect_min_backoff;
-      log(CoordinatorLogLevel::info, "reconnected to Redis at " + endpoint_.describe());
-      link_warned_ = false;
-      send_beat();
-      // Notices published while the subscription was down are lost: read
-      // again rather than trust that nothing happened.
-      reconcile_all();
-      for (const auto& pr : pending_releases_) do_release(pr.group, pr.unit, pr.epoch, [](Result<bool>) {});
-      pending_releases_.clear();
+      backoff = s_.reconnect_min_backoff;
+      up();
     });
   });
 }
@@ -140,23 +152,10 @@ void Coordinator::Impl::on_beat_link_lost(const Error& e) {
 }
 
 void Coordinator::Impl::schedule_beat_reconnect() {
-  if (halted_ || phase_ == Phase::stopped || phase_ == Phase::idle) return;
-  beat_reconnect_timer_.expires_after(beat_backoff_);
-  beat_reconnect_timer_.async_wait([this](const asio::error_code& ec) {
-    if (ec || halted_ || beat_.ready() || beat_connecting_) return;
-    if (phase_ != Phase::running && phase_ != Phase::stopping) return;
-    connect_beat([this](Result<void> r) {
-      if (halted_) return;
-      if (!r.ok()) {
-        log(CoordinatorLogLevel::debug, "heartbeat reconnect failed: " + r.error().message());
-        beat_backoff_ = std::min(beat_backoff_ * 2, s_.reconnect_max_backoff);
-        schedule_beat_reconnect();
-        return;
-      }
-      beat_backoff_ = s_.reconnect_min_backoff;
-      send_beat();
-    });
-  });
+  reconnect_later(
+      beat_reconnect_timer_, beat_backoff_, [this] { return !beat_.ready() && !beat_connecting_; },
+      [this](std::function<void(Result<void>)> done) { connect_beat(std::move(done)); }, [this] { send_beat(); },
+      "heartbeat reconnect");
 }
 
 void Coordinator::Impl::eval_on(RedisConnection& conn, Script s, std::vector<std::string> args, ReplyK k) {
