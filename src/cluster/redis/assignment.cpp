@@ -102,15 +102,49 @@ void Coordinator::Impl::do_set_spec(const std::string& group, const std::string&
 
 void Coordinator::Impl::do_release(const std::string& group, const std::string& unit, std::uint64_t epoch,
                                    Fn<void(Result<bool>)> k) {
-  eval(Script::release, {group, unit, s_.node_id, std::to_string(epoch), session_},
-       [this, group, unit, k = std::move(k)](Reply r) mutable {
-         if (!r.ok()) {
-           log(CoordinatorLogLevel::warning,
-               "release of '" + unit + "' in '" + group + "' failed: " + r.error().message());
-           return k(std::move(r).error());
-         }
-         k(r->elements[0].str == "RELEASED");
-       });
+  // Releases wait for the end of this turn of the event loop and go out
+  // together: units stopped meanwhile share one script call and one
+  // notice.
+  release_batch_[group].push_back(QueuedRelease{unit, epoch, std::move(k)});
+  if (release_flush_posted_) return;
+  release_flush_posted_ = true;
+  asio::post(io_, [this] {
+    release_flush_posted_ = false;
+    if (!halted_) flush_releases();
+  });
+}
+
+void Coordinator::Impl::flush_releases() {
+  constexpr std::size_t per_call = 256;
+  auto batches = std::move(release_batch_);
+  release_batch_.clear();
+  for (auto& [group, queued] : batches) {
+    for (std::size_t at = 0; at < queued.size(); at += per_call) {
+      std::vector<QueuedRelease> chunk;
+      std::vector<std::string> args{group, s_.node_id, session_};
+      for (std::size_t i = at; i < std::min(queued.size(), at + per_call); ++i) {
+        args.push_back(queued[i].unit);
+        args.push_back(std::to_string(queued[i].epoch));
+        chunk.push_back(std::move(queued[i]));
+      }
+      eval(Script::release, std::move(args), [this, group, chunk = std::move(chunk)](Reply r) mutable {
+        if (r.ok() && (r->elements[0].str != "OK" || r->elements.size() != 2 || !r->elements[1].is_array() ||
+                       r->elements[1].elements.size() != chunk.size()))
+          r = unexpected(Script::release, *r);
+        if (!r.ok())
+          log(CoordinatorLogLevel::warning, "release of " + std::to_string(chunk.size()) + " unit(s) in '" +
+                                                group + "' failed: " + r.error().message());
+        for (std::size_t i = 0; i < chunk.size(); ++i) {
+          if (!chunk[i].k) continue;
+          if (!r.ok()) {
+            chunk[i].k(r.error());
+          } else {
+            chunk[i].k(r->elements[1].elements[i].integer == 1);
+          }
+        }
+      });
+    }
+  }
 }
 
 Future<Placement> Coordinator::Impl::assign(const std::string& group, const std::string& unit,

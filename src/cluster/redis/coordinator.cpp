@@ -37,16 +37,20 @@ Coordinator::Impl::Impl(CoordinatorSettings s)
       work_(asio::make_work_guard(io_)),
       cmd_(io_, endpoint_, "commands", s_.command_timeout),
       sub_(io_, endpoint_, "notices", s_.command_timeout),
+      beat_(io_, endpoint_, "heartbeats", s_.command_timeout),
       heartbeat_timer_(io_),
       fence_timer_(io_),
       reconnect_timer_(io_),
+      beat_reconnect_timer_(io_),
       periodic_timer_(io_),
       start_retry_timer_(io_),
       backoff_(s_.reconnect_min_backoff),
+      beat_backoff_(s_.reconnect_min_backoff),
       member_roles_(detail::roles_text(s_.roles, "")) {
   for (const auto& [group, roles] : s_.group_roles) group_roles_[group] = detail::roles_text(roles, "*");
   cmd_.set_lost_handler([this](const Error& e) { on_link_lost(e); });
   sub_.set_lost_handler([this](const Error& e) { on_link_lost(e); });
+  beat_.set_lost_handler([this](const Error& e) { on_beat_link_lost(e); });
 }
 
 Coordinator::Impl::~Impl() {
@@ -150,6 +154,8 @@ void Coordinator::Impl::fail_start(const Error& e) {
   registered_ = false;
   cmd_.close();
   sub_.close();
+  beat_.close();
+  beat_reconnect_timer_.cancel();
   fence_timer_.cancel();
   start_retry_timer_.cancel();
   for (auto& w : start_waiters_) w.set_error(e);
@@ -233,6 +239,9 @@ void Coordinator::Impl::maybe_finish_stop() {
     finish_stop();
     return;
   }
+  // Releases still queued go first (one connection: in order), so a new
+  // owner waiting for them need not wait for this entry to expire.
+  flush_releases();
   eval(Script::leave, {s_.node_id, session_}, [this](Reply r) {
     if (halted_) return;
     if (!r.ok()) {
@@ -254,12 +263,18 @@ void Coordinator::Impl::maybe_finish_stop() {
 void Coordinator::Impl::close_all() {
   cmd_.close();
   sub_.close();
+  beat_.close();
+  beat_reconnect_timer_.cancel();
   heartbeat_timer_.cancel();
   fence_timer_.cancel();
   reconnect_timer_.cancel();
   periodic_timer_.cancel();
   start_retry_timer_.cancel();
   end_hand_off(shutting_down_error());
+  for (auto& [g, queued] : release_batch_)
+    for (auto& q : queued)
+      if (q.k) q.k(shutting_down_error());
+  release_batch_.clear();
   for (auto& [g, st] : syncs_) {
     if (st.timer) st.timer->cancel();
     for (auto& w : st.waiters) w.set_error(shutting_down_error());

@@ -6,7 +6,8 @@
 // assignment.cpp; rebalance.cpp; reconcile.cpp; sync.cpp; worker_map.cpp).
 // Internal to src/cluster/redis/.
 //
-// One io thread runs two hiredis connections (commands and pub/sub), the
+// One io thread runs three hiredis connections (commands, pub/sub, and
+// heartbeats alone, so placement traffic never delays a lease), the
 // heartbeat, the fence timer, takeovers, syncs and reconciles. Every piece
 // of state below is touched only on that thread, except the cached views
 // (members, first-manager answer, fenced flag, running units), which sit
@@ -152,7 +153,12 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
     std::map<std::string, LocalUnit> units;
     bool in_flight = false;  // a my_units read is out
     bool dirty = false;      // something changed meanwhile: read again
-    bool waiting = false;    // some unit waits for a hand-off: re-read on each heartbeat
+    // Units placed here that wait for their previous owner's release:
+    // re-read on each heartbeat, and on a notice releasing one of them.
+    std::set<std::string> awaited;
+    // Units placed here again while still stopping under an older epoch:
+    // read again once one of them has stopped.
+    std::set<std::string> restart;
   };
   struct SyncState {
     DesiredSource source;
@@ -192,6 +198,11 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   template <class Sig>
   using Fn = troupe::detail::UniqueFunction<Sig>;  // move-only: continuations may own promises
   using ReplyK = Fn<void(Reply)>;
+  struct QueuedRelease {
+    std::string unit;
+    std::uint64_t epoch = 0;
+    Fn<void(Result<bool>)> k;  // may be empty
+  };
 
   // Runs `f(promise)` on the io thread; a halted coordinator answers
   // shutting_down.
@@ -227,7 +238,19 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void load_scripts(std::function<void(Result<void>)> done);
   void on_link_lost(const Error& e);
   void schedule_reconnect();
-  void eval(Script s, std::vector<std::string> args, ReplyK k);
+  // After `backoff` on `timer`, while `needed()`, runs `connect`; a failure
+  // doubles `backoff` (up to reconnect_max_backoff) and tries again, a
+  // success resets it and runs `up`. `what` names the attempt in the log.
+  void reconnect_later(asio::steady_timer& timer, Duration& backoff, std::function<bool()> needed,
+                       std::function<void(std::function<void(Result<void>)>)> connect, std::function<void()> up,
+                       std::string what);
+  void eval(Script s, std::vector<std::string> args, ReplyK k) { eval_on(cmd_, s, std::move(args), std::move(k)); }
+  void eval_on(RedisConnection& conn, Script s, std::vector<std::string> args, ReplyK k);
+  // The heartbeat connection lives apart from the other two: lost, it
+  // reconnects alone; the others lost, heartbeats go on.
+  void connect_beat(std::function<void(Result<void>)> done);
+  void on_beat_link_lost(const Error& e);
+  void schedule_beat_reconnect();
   Reply script_reply(Script s, Reply r) const;
   Error unexpected(Script s, const RedisReply& r) const;
   void on_event(std::string_view payload);
@@ -272,8 +295,11 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void do_unassign(const std::string& group, const std::string& unit, bool notify, Fn<void(Result<bool>)> k);
   void do_set_spec(const std::string& group, const std::string& unit, const std::string& spec, bool notify,
                    Fn<void(Result<bool>)> k);
+  // Queues a release; the queue goes out at the end of this turn of the
+  // event loop, a script call (and one notice) per batch.
   void do_release(const std::string& group, const std::string& unit, std::uint64_t epoch,
                   Fn<void(Result<bool>)> k);
+  void flush_releases();
   void do_relocate(const std::string& group, const std::string& unit, bool force, Fn<void(Result<Placement>)> k);
   void log_placement(const std::string& group, const std::string& unit, const Result<Placement>& r) const;
 
@@ -293,7 +319,9 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   void begin_stop(const std::string& group, const std::string& unit, bool release_after);
   void on_stopped(const std::string& group, const std::string& unit, std::uint64_t epoch,
                   const Result<void>& r);
-  void publish_running(const std::string& group);
+  // The running view (running()) by the units that changed.
+  void publish_started(const std::string& group, const std::vector<std::pair<std::string, std::uint64_t>>& units);
+  void publish_stopped(const std::string& group, const std::string& unit);
 
   // --- planned hand-off (handoff.cpp) ---
   // Queues a unit of this node for the hand-off (once).
@@ -321,9 +349,11 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   std::thread thread_;
   RedisConnection cmd_;
   RedisConnection sub_;
+  RedisConnection beat_;
   asio::steady_timer heartbeat_timer_;
   asio::steady_timer fence_timer_;
   asio::steady_timer reconnect_timer_;
+  asio::steady_timer beat_reconnect_timer_;
   asio::steady_timer periodic_timer_;
   asio::steady_timer start_retry_timer_;
   detail::SourceRunner sources_;
@@ -336,6 +366,8 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   bool link_up_ = false;
   bool connecting_link_ = false;
   Duration backoff_;
+  Duration beat_backoff_;
+  bool beat_connecting_ = false;
   bool beat_in_flight_ = false;
   bool registered_ = false;
   bool fenced_ = false;
@@ -354,6 +386,8 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   std::map<std::string, ServedGroup> served_;
   std::map<std::string, SyncState> syncs_;
   std::vector<PendingRelease> pending_releases_;
+  std::map<std::string, std::vector<QueuedRelease>> release_batch_;
+  bool release_flush_posted_ = false;
   std::optional<HandOff> hand_off_;
   std::vector<Promise<void>> start_waiters_;
   std::vector<Promise<void>> stop_waiters_;

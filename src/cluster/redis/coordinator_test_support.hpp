@@ -235,6 +235,16 @@ struct TestNode {
   Coordinator* operator->() const { return c.get(); }
 };
 
+// How many times Redis has run `command` (INFO commandstats; commands run
+// by scripts count too), 0 if never.
+inline long long calls_of(RedisTestClient& c, const std::string& command) {
+  auto info = c.cmd({"INFO", "commandstats"});
+  const std::string needle = "cmdstat_" + command + ":calls=";
+  auto at = info.str.find(needle);
+  if (at == std::string::npos) return 0;
+  return std::stoll(info.str.substr(at + needle.size()));
+}
+
 // A test with its own redis-server, nodes made by make_node()/add_node()
 // (destroyed before Redis at the end) and a Fleet that fails the test if two
 // nodes ever ran one unit at once.

@@ -19,7 +19,9 @@ void Coordinator::Impl::tick() {
 }
 
 void Coordinator::Impl::send_beat() {
-  if (halted_ || beat_in_flight_ || !link_up_ || superseded_) return;
+  // Its own connection: commands queued behind placement traffic on the
+  // others never hold a heartbeat back, nor does their timeout close it.
+  if (halted_ || beat_in_flight_ || !beat_.ready() || superseded_) return;
   if (phase_ != Phase::running && phase_ != Phase::stopping && phase_ != Phase::starting) return;
   beat_in_flight_ = true;
   bool registering = fenced_ || !registered_ || phase_ == Phase::starting;
@@ -30,7 +32,7 @@ void Coordinator::Impl::send_beat() {
                                 std::to_string(to_ms(s_.takeover_margin)), std::to_string(max_epoch_seen_),
                                 std::to_string(std::max<std::size_t>(1, s_.takeover_batch)), s_.app_version};
   add_role_args(args, registering);
-  eval(Script::heartbeat, std::move(args),
+  eval_on(beat_, Script::heartbeat, std::move(args),
        [this, sent, registering](Reply r) {
          beat_in_flight_ = false;
          if (halted_) return;
@@ -80,7 +82,7 @@ void Coordinator::Impl::on_beat(TimePoint sent, bool registering, Reply r) {
     }
     if (!dead.empty()) run_takeover(std::move(dead));
     for (auto& [group, g] : served_)
-      if (g.waiting) reconcile(group);
+      if (!g.awaited.empty()) reconcile(group);
     return;
   }
   if (status == "GONE") {

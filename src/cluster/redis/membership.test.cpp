@@ -181,7 +181,8 @@ TEST_F(RedisCoordinatorTest, StartFailsWithCoordinationFailedNamingHostAndPortWh
   EXPECT_EQ(s.error().code(), ErrorCode::coordination_failed);
   // A failed start may be retried once Redis is there.
   redis->start();
-  ASSERT_TRUE(await(a->start()).ok());
+  auto again = await(a->start());
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
 }
 
 // proves: X1, W7

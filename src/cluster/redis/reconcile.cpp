@@ -19,7 +19,7 @@ Result<void> Coordinator::Impl::serve(const std::string& group, Reconciler recon
   }
   asio::post(io_, [this, group, reconciler = std::move(reconciler)]() mutable {
     if (halted_) return;
-    served_.emplace(group, ServedGroup{std::move(reconciler), {}, false, false, false});
+    served_.emplace(group, ServedGroup{std::move(reconciler), {}, false, false, {}, {}});
     reconcile(group);
   });
   return {};
@@ -107,10 +107,16 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
     }
   }
   for (const auto& unit : to_stop) begin_stop(group, unit, /*release_after=*/true);
-  g.waiting = false;
-  bool started_any = false;
+  g.awaited.clear();
+  g.restart.clear();
+  std::vector<std::pair<std::string, std::uint64_t>> started;
   for (auto& [unit, w] : want) {
-    if (g.units.count(unit) != 0) continue;  // running, or stopping (started again once stopped)
+    auto running = g.units.find(unit);
+    if (running != g.units.end()) {
+      // Running, or stopping: started again once stopped.
+      if (running->second.stopping) g.restart.insert(unit);
+      continue;
+    }
     if (hand_off_ && hand_off_->marked) {
       // Placed here while this node hands its units off: moved on, never
       // started.
@@ -118,11 +124,11 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
       continue;
     }
     if (!w.waiting_for.empty()) {
-      g.waiting = true;
+      g.awaited.insert(unit);
       continue;
     }
     g.units.emplace(unit, LocalUnit{w.spec, w.epoch, false, false});
-    started_any = true;
+    started.emplace_back(unit, w.epoch);
     if (g.reconciler.start) {
       try {
         g.reconciler.start(unit, w.spec, w.epoch);
@@ -133,7 +139,7 @@ void Coordinator::Impl::apply(const std::string& group, const RedisReply& units)
       }
     }
   }
-  if (started_any || !to_stop.empty()) publish_running(group);
+  if (!started.empty()) publish_started(group, started);
   if (hand_off_) pump_hand_off();
 }
 
@@ -178,7 +184,7 @@ void Coordinator::Impl::on_stopped(const std::string& group, const std::string& 
   g.units.erase(it);
   if (!r.ok())
     log(CoordinatorLogLevel::warning, "Reconciler::stop of '" + unit + "' failed: " + r.error().message());
-  publish_running(group);
+  publish_stopped(group, unit);
   if (release_after || fenced_) {
     if (fenced_ || !link_up_) {
       pending_releases_.push_back({group, unit, epoch});
@@ -191,14 +197,24 @@ void Coordinator::Impl::on_stopped(const std::string& group, const std::string& 
     maybe_finish_stop();
     return;
   }
-  reconcile(group);
+  // Only a unit placed here again needs a read to start; a unit that moved
+  // away has nothing more to do here.
+  if (g.restart.erase(unit) != 0) reconcile(group);
 }
 
-void Coordinator::Impl::publish_running(const std::string& group) {
-  std::map<std::string, std::uint64_t> now;
-  for (const auto& [unit, lu] : served_.at(group).units) now.emplace(unit, lu.epoch);
+// The running view changes by the units that changed, never by a copy of
+// the group: a rebalance stops thousands of units one at a time.
+void Coordinator::Impl::publish_started(const std::string& group,
+                                        const std::vector<std::pair<std::string, std::uint64_t>>& units) {
   std::lock_guard lk(view_mu_);
-  running_view_[group] = std::move(now);
+  auto& view = running_view_[group];
+  for (const auto& [unit, epoch] : units) view[unit] = epoch;
+}
+
+void Coordinator::Impl::publish_stopped(const std::string& group, const std::string& unit) {
+  std::lock_guard lk(view_mu_);
+  auto it = running_view_.find(group);
+  if (it != running_view_.end()) it->second.erase(unit);
 }
 
 }  // namespace troupe::cluster

@@ -1,5 +1,5 @@
-// The coordinator's link to Redis: connecting both connections (commands,
-// and the subscription to the cluster's notices), loading the Lua scripts,
+// The coordinator's link to Redis: connecting its connections (commands,
+// the subscription to the cluster's notices, and heartbeats), loading the Lua scripts,
 // reconnecting with back-off, running a script (EVALSHA, with EVAL when
 // Redis lost its script cache) and checking its reply's shape, and the
 // notices that make this node read its assignments again.
@@ -36,9 +36,19 @@ void Coordinator::Impl::connect_link(std::function<void(Result<void>)> done) {
                 return fail(
                     Error(ErrorCode::coordination_failed,
                           "the connection to Redis at " + endpoint_.describe() + " broke while connecting"));
-              connecting_link_ = false;
-              link_up_ = true;
-              done({});
+              auto up = [this, done] {
+                connecting_link_ = false;
+                link_up_ = true;
+                done({});
+              };
+              // Reconnecting after the other two were lost: the heartbeat
+              // connection has its own loop.
+              if (beat_.ready() || beat_connecting_) return up();
+              connect_beat([this, up, fail](Result<void> br) {
+                if (halted_) return;
+                if (!br.ok()) return fail(br.error());
+                up();
+              });
             });
       });
     });
@@ -86,38 +96,74 @@ void Coordinator::Impl::on_link_lost(const Error& e) {
 }
 
 void Coordinator::Impl::schedule_reconnect() {
+  reconnect_later(
+      reconnect_timer_, backoff_, [this] { return !link_up_ && !connecting_link_; },
+      [this](std::function<void(Result<void>)> done) { connect_link(std::move(done)); },
+      [this] {
+        log(CoordinatorLogLevel::info, "reconnected to Redis at " + endpoint_.describe());
+        link_warned_ = false;
+        send_beat();
+        // Notices published while the subscription was down are lost: read
+        // again rather than trust that nothing happened.
+        reconcile_all();
+        for (const auto& pr : pending_releases_) do_release(pr.group, pr.unit, pr.epoch, [](Result<bool>) {});
+        pending_releases_.clear();
+      },
+      "reconnect");
+}
+
+void Coordinator::Impl::reconnect_later(asio::steady_timer& timer, Duration& backoff, std::function<bool()> needed,
+                                        std::function<void(std::function<void(Result<void>)>)> connect,
+                                        std::function<void()> up, std::string what) {
   if (halted_ || phase_ == Phase::stopped || phase_ == Phase::idle) return;
-  reconnect_timer_.expires_after(backoff_);
-  reconnect_timer_.async_wait([this](const asio::error_code& ec) {
-    if (ec || halted_ || link_up_ || connecting_link_) return;
+  timer.expires_after(backoff);
+  timer.async_wait([this, &timer, &backoff, needed, connect, up, what](const asio::error_code& ec) {
+    if (ec || halted_ || !needed()) return;
     if (phase_ != Phase::running && phase_ != Phase::stopping) return;
-    connect_link([this](Result<void> r) {
+    connect([this, &timer, &backoff, needed, connect, up, what](Result<void> r) {
       if (halted_) return;
       if (!r.ok()) {
-        log(CoordinatorLogLevel::debug, "reconnect failed: " + r.error().message());
-        backoff_ = std::min(backoff_ * 2, s_.reconnect_max_backoff);
-        schedule_reconnect();
+        log(CoordinatorLogLevel::debug, what + " failed: " + r.error().message());
+        backoff = std::min(backoff * 2, s_.reconnect_max_backoff);
+        reconnect_later(timer, backoff, needed, connect, up, what);
         return;
       }
-      backoff_ = s_.reconnect_min_backoff;
-      log(CoordinatorLogLevel::info, "reconnected to Redis at " + endpoint_.describe());
-      link_warned_ = false;
-      send_beat();
-      // Notices published while the subscription was down are lost: read
-      // again rather than trust that nothing happened.
-      reconcile_all();
-      for (const auto& pr : pending_releases_) do_release(pr.group, pr.unit, pr.epoch, [](Result<bool>) {});
-      pending_releases_.clear();
+      backoff = s_.reconnect_min_backoff;
+      up();
     });
   });
 }
 
-void Coordinator::Impl::eval(Script s, std::vector<std::string> args, ReplyK k) {
+void Coordinator::Impl::connect_beat(std::function<void(Result<void>)> done) {
+  beat_connecting_ = true;
+  beat_.connect([this, done](Result<void> r) {
+    beat_connecting_ = false;
+    if (halted_) return;
+    if (!r.ok()) beat_.close();
+    done(r);
+  });
+}
+
+void Coordinator::Impl::on_beat_link_lost(const Error& e) {
+  if (halted_ || beat_connecting_) return;
+  log(CoordinatorLogLevel::warning, "lost the heartbeat connection to Redis: " + e.message() + "; reconnecting");
+  beat_.close();
+  schedule_beat_reconnect();
+}
+
+void Coordinator::Impl::schedule_beat_reconnect() {
+  reconnect_later(
+      beat_reconnect_timer_, beat_backoff_, [this] { return !beat_.ready() && !beat_connecting_; },
+      [this](std::function<void(Result<void>)> done) { connect_beat(std::move(done)); }, [this] { send_beat(); },
+      "heartbeat reconnect");
+}
+
+void Coordinator::Impl::eval_on(RedisConnection& conn, Script s, std::vector<std::string> args, ReplyK k) {
   if (phase_ == Phase::stopped) {
     asio::post(io_, [k = std::move(k), e = shutting_down_error()]() mutable { k(e); });
     return;
   }
-  if (!link_up_ && !connecting_link_ && phase_ != Phase::starting) {
+  if (&conn == &cmd_ && !link_up_ && !connecting_link_ && phase_ != Phase::starting) {
     Error e = phase_ == Phase::idle ? Error(ErrorCode::not_ready, "the coordinator of node '" + s_.node_id +
                                                                       "' is not started; call start() first")
                                     : not_connected_error();
@@ -132,13 +178,13 @@ void Coordinator::Impl::eval(Script s, std::vector<std::string> args, ReplyK k) 
   argv->insert(argv->end(), script_keys_.begin(), script_keys_.end());
   argv->push_back(keys_.base());
   for (auto& a : args) argv->push_back(std::move(a));
-  cmd_.command(*argv, [this, s, argv, k = std::move(k)](Reply r) mutable {
+  conn.command(*argv, [this, &conn, s, argv, k = std::move(k)](Reply r) mutable {
     if (r.ok() && r->is_error() && r->str.compare(0, 8, "NOSCRIPT") == 0) {
       // The script cache was flushed (SCRIPT FLUSH, a failover): send the
       // text, which also loads it again.
       (*argv)[0] = "EVAL";
       (*argv)[1] = detail::script_text(s);
-      cmd_.command(*argv,
+      conn.command(*argv,
                    [this, s, k = std::move(k)](Reply r2) mutable { k(script_reply(s, std::move(r2))); });
       return;
     }
@@ -169,8 +215,24 @@ void Coordinator::Impl::on_event(std::string_view payload) {
   auto words = split_words(payload);
   if (words.size() < 2) return;
   const std::string& kind = words[0];
-  if (kind == "sync" || kind == "changed" || kind == "moved" || kind == "released") {
+  if (kind == "sync" || kind == "changed" || kind == "moved") {
     reconcile(words[1]);
+  } else if (kind == "released") {
+    // "released <G> <unit>...": only a node waiting for one of these units
+    // has anything to read again (or one whose read is out: its answer
+    // may predate the release).
+    auto it = served_.find(words[1]);
+    if (it == served_.end()) return;
+    if (it->second.in_flight) {
+      reconcile(words[1]);
+      return;
+    }
+    for (std::size_t i = 2; i < words.size(); ++i) {
+      if (it->second.awaited.count(words[i]) != 0) {
+        reconcile(words[1]);
+        return;
+      }
+    }
   }
   // "left <member>": the next heartbeat's view shows it.
 }

@@ -20,6 +20,12 @@ local EVENTS = P .. ':events'
 local DRAINING = P .. ':draining'
 local ROLES = P .. ':member_roles'
 local GROUP_ROLES = P .. ':group_roles'
+-- Every member that registered or was given a unit (scored by when it last
+-- was), and when a heartbeat
+-- first found one with unit sets missing from MEMBERS: such an owner is
+-- taken over like an expired one once it has been missing that long.
+local OWNERS = P .. ':owners'
+local ABSENT = P .. ':absent'
 
 local function int(x) return string.format('%d', x) end
 
@@ -274,6 +280,7 @@ local function move(group, unit, from, from_epoch, to, now, T, M, from_stopped)
   local e = redis.call('INCR', EPOCH)
   if from then redis.call('SREM', ukey(group, from), unit) end
   redis.call('SADD', ukey(group, to), unit)
+  redis.call('ZADD', OWNERS, int(now), to)
   redis.call('HSET', gkey(group, 'assign'), unit, int(e) .. ' ' .. to .. ' ' .. int(now))
   settle_handoff(group, unit, from, from_epoch, to, now, T, M, from_stopped)
   return e

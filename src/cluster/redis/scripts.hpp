@@ -62,6 +62,8 @@ class KeyNames {
   std::string events() const { return base_ + ":events"; }
   std::string member_roles() const { return base_ + ":member_roles"; }
   std::string group_roles() const { return base_ + ":group_roles"; }
+  std::string owners() const { return base_ + ":owners"; }
+  std::string absent() const { return base_ + ":absent"; }
   std::string group(std::string_view g, std::string_view what) const {
     return base_ + ":group:" + std::string(g) + ":" + std::string(what);
   }

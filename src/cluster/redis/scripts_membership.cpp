@@ -48,6 +48,8 @@ else
     if other ~= id then others = others + 1 end
   end
   redis.call('ZADD', MEMBERS, int(now), id)
+  redis.call('ZADD', OWNERS, int(now), id)
+  redis.call('HDEL', ABSENT, id)
   -- A new incarnation is not draining; the same one registering again
   -- (after a fence) still is.
   if redis.call('HGET', DRAINING, id) ~= session then redis.call('HDEL', DRAINING, id) end
@@ -74,6 +76,32 @@ local dead = {}
 if now - since >= T + M then
   dead = redis.call('ZRANGEBYSCORE', MEMBERS, '-inf', '(' .. int(now - T - M), 'LIMIT', 0, tonumber(ARGV[10]))
 end
+-- Owners missing from MEMBERS altogether (their entry deleted by hand, or
+-- lost with part of Redis' data): the first heartbeat to see one stamps
+-- when; past threshold + margin from then it is taken over like an
+-- expired member (it fenced by then: a heartbeat of its own answers GONE,
+-- and its last one that succeeded was sent before the entry went). An
+-- owner with no unit left is forgotten.
+for _, o in ipairs(redis.call('ZRANGE', OWNERS, 0, -1)) do
+  if not redis.call('ZSCORE', MEMBERS, o) then
+    local holds = false
+    for _, g in ipairs(redis.call('SMEMBERS', GROUPS)) do
+      if redis.call('SCARD', ukey(g, o)) > 0 then
+        holds = true
+        break
+      end
+    end
+    local first = tonumber(redis.call('HGET', ABSENT, o) or '')
+    if not holds then
+      redis.call('ZREM', OWNERS, o)
+      redis.call('HDEL', ABSENT, o)
+    elseif not first then
+      redis.call('HSET', ABSENT, o, int(now))
+    elseif now - first > T + M and now - since >= T + M and #dead < tonumber(ARGV[10]) then
+      dead[#dead + 1] = o
+    end
+  end
+end
 return {'OK', now, since, others, view, dead, roles}
 )lua";
 
@@ -95,8 +123,12 @@ local groups = redis.call('SMEMBERS', GROUPS)
 local moves, more = {}, 0
 for i = 5, #ARGV do
   local dead = ARGV[i]
-  -- Still a member and still expired: a second taker finds nothing to do.
-  if dead ~= caller and redis.call('ZSCORE', MEMBERS, dead) and is_expired(dead, now, T, M) then
+  -- Still a member and still expired, or still missing from the members
+  -- for threshold + margin: a second taker finds nothing to do.
+  local missing_since = nil
+  if not redis.call('ZSCORE', MEMBERS, dead) then missing_since = tonumber(redis.call('HGET', ABSENT, dead) or '') end
+  local gone = missing_since ~= nil and now - missing_since > T + M
+  if dead ~= caller and (gone or (redis.call('ZSCORE', MEMBERS, dead) and is_expired(dead, now, T, M))) then
     local left = false
     for _, g in ipairs(groups) do
       local heirs = newest(eligible(g, targets), dead)
@@ -130,6 +162,8 @@ for i = 5, #ARGV do
       redis.call('HDEL', INFO, dead)
       redis.call('HDEL', DRAINING, dead)
       redis.call('HDEL', ROLES, dead)
+      redis.call('ZREM', OWNERS, dead)
+      redis.call('HDEL', ABSENT, dead)
       redis.call('PUBLISH', EVENTS, 'left ' .. dead)
     end
   end

@@ -116,15 +116,27 @@ end
 return {'OK', now, out}
 )lua";
 
-// ARGV: [2] group [3] unit [4] member [5] epoch [6] session
+// ARGV: [2] group [3] member [4] session [5..] pairs of a unit and the
+// epoch it ran under. One call releases a batch and publishes one notice
+// naming the units released, so a rebalance that stops thousands of units
+// costs the cluster a notice per batch, not per unit.
 const std::string_view release = R"lua(
 local hk = gkey(ARGV[2], 'handoff')
-if redis.call('HGET', hk, ARGV[3]) == ARGV[4] .. ' ' .. ARGV[5] .. ' ' .. ARGV[6] then
-  redis.call('HDEL', hk, ARGV[3])
-  redis.call('PUBLISH', EVENTS, 'released ' .. ARGV[2] .. ' ' .. ARGV[3])
-  return {'RELEASED'}
+local done, names = {}, {}
+for i = 5, #ARGV - 1, 2 do
+  local unit = ARGV[i]
+  if redis.call('HGET', hk, unit) == ARGV[3] .. ' ' .. ARGV[i + 1] .. ' ' .. ARGV[4] then
+    redis.call('HDEL', hk, unit)
+    done[#done + 1] = 1
+    names[#names + 1] = unit
+  else
+    done[#done + 1] = 0
+  end
 end
-return {'NOT_HANDED_OFF'}
+if #names > 0 then
+  redis.call('PUBLISH', EVENTS, 'released ' .. ARGV[2] .. ' ' .. table.concat(names, ' '))
+end
+return {'OK', done}
 )lua";
 
 // ARGV: [2] group [3] notify

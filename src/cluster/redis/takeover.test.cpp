@@ -24,6 +24,44 @@ DesiredSet units(int n) {
   return d;
 }
 
+// An owner whose member entry is gone altogether (deleted by hand, or lost
+// with part of Redis' data) is taken over like an expired one: its units
+// run elsewhere within threshold + margin of a heartbeat noticing, and it
+// is forgotten once it has none.
+// proves: W2
+TEST_F(RedisCoordinatorTest, AnOwnerMissingFromTheMembersIsTakenOverLikeADeadOne) {
+  auto& a = add_node("node-a");
+  auto& b = add_node("node-b");
+  auto& c = add_node("node-c");
+  ASSERT_TRUE(await(a->sync("workers", [] { return Result<DesiredSet>(units(9)); })).ok());
+  ASSERT_TRUE(wait_until([&] { return c.rec->running_now().size() == 3; }));
+  auto c_units = c.rec->running_now();
+  std::this_thread::sleep_for(1600ms);  // the others may take over from here on
+  auto redis_client = client();
+  // node-c dies, and its entry goes with it: nothing expires any more.
+  crash(c);
+  auto deleted_at = Clock::now();
+  redis_client->cmd({"ZREM", keys.members(), "node-c"});
+  redis_client->cmd({"HDEL", keys.member_info(), "node-c"});
+  ASSERT_TRUE(
+      wait_until([&] { return a.rec->running_now().size() + b.rec->running_now().size() == 9; }, 8s))
+      << "node-c's units never ran elsewhere";
+  for (const auto& [unit, old_epoch] : c_units) {
+    EXPECT_EQ(fleet.starts(unit, "node-a") + fleet.starts(unit, "node-b"), 1u) << unit;
+    for (const auto& e : fleet.events()) {
+      if (e.unit == unit && e.kind == "start" && e.node != "node-c") {
+        EXPECT_LE(e.at - deleted_at, 1000ms + 500ms + 2000ms) << "later than the takeover bound";
+      }
+    }
+  }
+  EXPECT_EQ(count_of(*redis_client, "workers", "node-c"), 0);
+  ASSERT_TRUE(wait_until([&] {
+    return redis_client->cmd({"ZSCORE", keys.owners(), "node-c"}).type == RedisReply::Type::nil &&
+           redis_client->cmd({"HEXISTS", keys.absent(), "node-c"}).integer == 0;
+  }));
+  EXPECT_NE(redis_client->cmd({"ZSCORE", keys.owners(), "node-a"}).type, RedisReply::Type::nil);
+}
+
 // proves: W2, W7
 TEST_F(RedisCoordinatorTest, ADeadMembersUnitsMoveToLiveMembersOnceItIsPastThresholdPlusMargin) {
   auto& a = add_node("node-a");

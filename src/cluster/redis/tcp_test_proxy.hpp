@@ -4,10 +4,13 @@
 // cut() is a network partition: forwarding stops, connections stay open and
 // silent (the client notices only through its own timeouts), and new
 // connections are accepted but never answered. heal() drops the silent
-// connections (so clients reconnect) and forwards again.
+// connections (so clients reconnect) and forwards again. stall_all_but(i)
+// stalls every connection but the i-th accepted (counting from 0), the way
+// a peer busy on other connections stalls them; heal() ends that too.
 //
 // Ownership: owns its listening socket, the connections and one thread.
-// Thread safety: cut(), heal() and port() may be called from any thread.
+// Thread safety: cut(), stall_all_but(), heal() and port() may be called
+// from any thread.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -58,8 +61,13 @@ class TcpTestProxy {
     cut_ = true;
     poke();
   }
+  void stall_all_but(long index) {
+    keep_ = index;
+    poke();
+  }
   void heal() {
     cut_ = false;
+    keep_ = -1;
     poke();
   }
 
@@ -67,6 +75,7 @@ class TcpTestProxy {
   struct Pair {
     int client = -1;
     int server = -1;  // -1: accepted during a cut, never forwarded
+    long index = 0;   // in accept order
   };
 
   void poke() {
@@ -109,8 +118,10 @@ class TcpTestProxy {
 
   void run() {
     bool was_cut = false;
+    long accepted = 0;
     while (!stop_) {
-      bool cut = cut_;
+      long keep = keep_;
+      bool cut = cut_ || keep >= 0;
       if (was_cut && !cut) {
         // Healing: the connections that went silent are dropped, so the
         // clients notice and reconnect.
@@ -118,27 +129,29 @@ class TcpTestProxy {
         pairs_.clear();
       }
       was_cut = cut;
+      auto forwarded = [&](const Pair& p) { return p.server >= 0 && (!cut || p.index == keep); };
       std::vector<pollfd> fds;
+      std::vector<std::size_t> polled_pairs;
       fds.push_back({wake_[0], POLLIN, 0});
       fds.push_back({listen_fd_, POLLIN, 0});
-      if (!cut) {
-        for (auto& p : pairs_) {
-          fds.push_back({p.client, POLLIN, 0});
-          fds.push_back({p.server, POLLIN, 0});
-        }
+      for (std::size_t i = 0; i < pairs_.size(); ++i) {
+        if (!forwarded(pairs_[i])) continue;
+        polled_pairs.push_back(i);
+        fds.push_back({pairs_[i].client, POLLIN, 0});
+        fds.push_back({pairs_[i].server, POLLIN, 0});
       }
       if (::poll(fds.data(), fds.size(), 200) < 0) continue;
       if (fds[0].revents & POLLIN) {
         char buf[64];
         (void)!::read(wake_[0], buf, sizeof buf);
       }
-      std::size_t polled = cut ? 0 : pairs_.size();
       if (fds[1].revents & POLLIN) {
         int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
         if (c >= 0) {
           Pair p;
           p.client = c;
-          if (!cut) {
+          p.index = accepted++;
+          if (!cut || p.index == keep) {
             p.server = dial();
             if (p.server < 0) {
               ::close(c);
@@ -148,11 +161,10 @@ class TcpTestProxy {
           pairs_.push_back(p);
         }
       }
-      if (cut) continue;
-      for (std::size_t i = 0; i < polled; ++i) {
-        Pair& p = pairs_[i];
-        pollfd& pc = fds[2 + 2 * i];
-        pollfd& ps = fds[3 + 2 * i];
+      for (std::size_t j = 0; j < polled_pairs.size(); ++j) {
+        Pair& p = pairs_[polled_pairs[j]];
+        pollfd& pc = fds[2 + 2 * j];
+        pollfd& ps = fds[3 + 2 * j];
         bool ok = true;
         if (pc.revents & (POLLIN | POLLHUP | POLLERR)) ok = pump(p.client, p.server);
         if (ok && (ps.revents & (POLLIN | POLLHUP | POLLERR))) ok = pump(p.server, p.client);
@@ -171,6 +183,7 @@ class TcpTestProxy {
   int port_ = 0;
   int wake_[2] = {-1, -1};
   std::atomic<bool> cut_{false};
+  std::atomic<long> keep_{-1};  // >= 0: stall every connection but this one
   std::atomic<bool> stop_{false};
   std::vector<Pair> pairs_;  // proxy thread only
   std::thread thread_;

@@ -13,15 +13,6 @@
 namespace troupe::test {
 namespace {
 
-// How many times Redis has run `command` (INFO commandstats), 0 if never.
-long long calls_of(RedisTestClient& c, const std::string& command) {
-  auto info = c.cmd({"INFO", "commandstats"});
-  const std::string needle = "cmdstat_" + command + ":calls=";
-  auto at = info.str.find(needle);
-  if (at == std::string::npos) return 0;
-  return std::stoll(info.str.substr(at + needle.size()));
-}
-
 // What the bulk read shows is, unit for unit, what the placement scripts
 // stored: owner, epoch, update time and a hand-off in progress.
 // proves: W9
