@@ -232,8 +232,9 @@ Result<void> WorkerGroups::start(ActorSystem& system, cluster::Coordinator& coor
     hs.group = g->config.group;
     hs.stop_timeout = shared_->stop_timeout;
     std::weak_ptr<Shared> weak = shared_;
-    hs.log = [weak, g](bool error, const std::string& text) {
-      if (error) g->worker_errors.fetch_add(1);
+    // Weak: the group owns the host, whose actor owns this function.
+    hs.log = [weak, wg = std::weak_ptr<WorkerGroupState>(g)](bool error, const std::string& text) {
+      if (auto gs = wg.lock(); gs && error) gs->worker_errors.fetch_add(1);
       if (auto s = weak.lock()) s->log(error, text);
     };
     std::shared_ptr<WorkerHostRef> host = entry->spawn_host(system, std::move(hs));
