@@ -220,10 +220,13 @@ Result<void> WorkerGroups::start(ActorSystem& system, cluster::Coordinator& coor
     } else if (src.rfind("http://", 0) == 0) {
       g->source = cluster::from_http(src, g->config.source_timeout);
     } else {
-      g->source = [g]() -> Result<cluster::DesiredSet> {
-        std::lock_guard lk(g->mu);
-        if (!g->posted) return Error(ErrorCode::not_ready, "no desired set was posted to this node yet");
-        return *g->posted;
+      // Weak: the group owns its source.
+      g->source = [wg = std::weak_ptr<WorkerGroupState>(g)]() -> Result<cluster::DesiredSet> {
+        auto gs = wg.lock();
+        if (!gs) return Error(ErrorCode::shutting_down, "the node is stopping");
+        std::lock_guard lk(gs->mu);
+        if (!gs->posted) return Error(ErrorCode::not_ready, "no desired set was posted to this node yet");
+        return *gs->posted;
       };
     }
     if (!g->served) continue;
