@@ -85,6 +85,18 @@ local function member_session(id)
   return sess
 end
 
+-- Removes a member that holds no unit any more (it left, or was taken
+-- over) and tells every node.
+local function forget_member(id)
+  redis.call('ZREM', MEMBERS, id)
+  redis.call('HDEL', INFO, id)
+  redis.call('HDEL', DRAINING, id)
+  redis.call('HDEL', ROLES, id)
+  redis.call('ZREM', OWNERS, id)
+  redis.call('HDEL', ABSENT, id)
+  redis.call('PUBLISH', EVENTS, 'left ' .. id)
+end
+
 -- A member's app version: the fifth word of its info ('' when it declared
 -- none, which sorts before every version).
 local function member_version(id)

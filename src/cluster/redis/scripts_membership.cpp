@@ -158,13 +158,7 @@ for i = 5, #ARGV do
       -- heartbeat tries again, not an immediate rerun.
       if budget <= 0 then more = 1 end
     else
-      redis.call('ZREM', MEMBERS, dead)
-      redis.call('HDEL', INFO, dead)
-      redis.call('HDEL', DRAINING, dead)
-      redis.call('HDEL', ROLES, dead)
-      redis.call('ZREM', OWNERS, dead)
-      redis.call('HDEL', ABSENT, dead)
-      redis.call('PUBLISH', EVENTS, 'left ' .. dead)
+      forget_member(dead)
     end
   end
 end
@@ -204,13 +198,7 @@ for _, g in ipairs(redis.call('SMEMBERS', GROUPS)) do
 end
 -- With units nobody could take, stay a member: the heartbeat stops, the
 -- entry expires, and a later member takes them over.
-if kept == 0 then
-  redis.call('ZREM', MEMBERS, me)
-  redis.call('HDEL', INFO, me)
-  redis.call('HDEL', DRAINING, me)
-  redis.call('HDEL', ROLES, me)
-  redis.call('PUBLISH', EVENTS, 'left ' .. me)
-end
+if kept == 0 then forget_member(me) end
 return {'OK', kept, moves}
 )lua";
 
