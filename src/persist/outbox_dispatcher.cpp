@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -76,7 +77,12 @@ std::uint64_t new_incarnation() {
 
 class OutboxActor final : public Actor<OutboxMsg> {
  public:
-  explicit OutboxActor(std::shared_ptr<OutboxCore> core) : core_(std::move(core)) {}
+  // The spawn arguments, which the actor's cell keeps, hold the core
+  // weakly: the core holds the cell's ref, and a strong one back would be a
+  // cycle that keeps the journal open forever.
+  explicit OutboxActor(const std::weak_ptr<OutboxCore>& core) : core_(core.lock()) {
+    if (!core_) throw std::logic_error("the outbox dispatcher was dropped before its actor started");
+  }
 
   void on_start() {
     (void)start_periodic_timer("poll", core_->settings.poll_interval, OutboxTick{});
@@ -261,7 +267,7 @@ Result<OutboxDispatcher> OutboxDispatcher::start(ActorSystem& system, std::share
   core->handlers = std::move(handlers);
   core->journal = std::move(journal);
   core->incarnation = detail::new_incarnation();
-  core->actor = system.spawn<detail::OutboxActor>(SpawnOptions{.name = "outbox"}, core);
+  core->actor = system.spawn<detail::OutboxActor>(SpawnOptions{.name = "outbox"}, std::weak_ptr<detail::OutboxCore>(core));
   if (!core->actor) return Error(ErrorCode::shutting_down, "the actor system is shutting down");
   return OutboxDispatcher(std::move(core));
 }
