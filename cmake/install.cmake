@@ -11,13 +11,15 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(TROUPE_LAYERS core net persist patterns cluster node)
+# The installed libraries: troupe_<name>, exported as troupe::<name> (the
+# name the tree uses through its aliases). A new library is one word here
+# and one troupe_pkg_config() line below.
+set(TROUPE_INSTALLED_LIBRARIES core net persist patterns cluster node)
 set(TROUPE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
 
-foreach(layer IN LISTS TROUPE_LAYERS)
-  set(lib troupe_${layer})
-  # Installed as troupe::<layer>, the name the tree uses through its aliases.
-  set_target_properties(${lib} PROPERTIES EXPORT_NAME ${layer})
+foreach(name IN LISTS TROUPE_INSTALLED_LIBRARIES)
+  set(lib troupe_${name})
+  set_target_properties(${lib} PROPERTIES EXPORT_NAME ${name})
   # The headers are C++20: a program that links troupe compiles as C++20.
   target_compile_features(${lib} PUBLIC cxx_std_20)
   if(BUILD_SHARED_LIBS)
@@ -36,7 +38,7 @@ foreach(layer IN LISTS TROUPE_LAYERS)
   endif()
 endforeach()
 
-list(TRANSFORM TROUPE_LAYERS PREPEND troupe_ OUTPUT_VARIABLE _troupe_libs)
+list(TRANSFORM TROUPE_INSTALLED_LIBRARIES PREPEND troupe_ OUTPUT_VARIABLE _troupe_libs)
 install(TARGETS ${_troupe_libs} EXPORT troupeTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -146,6 +148,7 @@ if(TROUPE_BUILD_TESTS AND TROUPE_SANITIZE STREQUAL "")
                    "-DWORK_DIR=${PROJECT_BINARY_DIR}/install test" -DVERSION=${PROJECT_VERSION}
                    -DGENERATOR=${CMAKE_GENERATOR} -DCXX=${CMAKE_CXX_COMPILER}
                    "-DLAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER}" -DPKG_CONFIG=${TROUPE_PKG_CONFIG}
+                   "-DTARGETS=${TROUPE_INSTALLED_LIBRARIES}"
                    -P ${CMAKE_CURRENT_LIST_DIR}/install_test.cmake)
   set_tests_properties(install_consumer PROPERTIES LABELS install TIMEOUT 300)
 

@@ -4,21 +4,22 @@
 #  - compiles every installed header in one translation unit with the flags
 #    of troupe.pc, and checks that each troupe header it read came from the
 #    prefix (none from the source tree, none from another install);
-#  - checks that find_package(troupe) defines all six targets and that
-#    their links resolve;
+#  - checks that find_package(troupe) defines every target in TARGETS and
+#    that their links resolve;
 #  - configures examples/consumer with find_package(troupe), builds and runs
 #    it, and checks what it prints;
 #  - builds the same program with the flags of troupe-persist.pc and runs it.
 # Everything happens under WORK_DIR, removed at the end, pass or fail.
 #
 # -D inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, VERSION, GENERATOR, CXX,
-# LAUNCHER (the compiler launcher, e.g. ccache, or empty), PKG_CONFIG.
+# LAUNCHER (the compiler launcher, e.g. ccache, or empty), PKG_CONFIG,
+# TARGETS (the installed libraries' names: troupe::<name>).
 
 cmake_minimum_required(VERSION 3.25)
 
 set(TEST_NAME install_consumer)
 include(${CMAKE_CURRENT_LIST_DIR}/script_test_support.cmake)
-require_defined(BUILD_DIR SOURCE_DIR WORK_DIR VERSION GENERATOR CXX PKG_CONFIG)
+require_defined(BUILD_DIR SOURCE_DIR WORK_DIR VERSION GENERATOR CXX PKG_CONFIG TARGETS)
 
 set(prefix "${WORK_DIR}/prefix with space")
 set(consumer_build "${WORK_DIR}/consumer build")
@@ -72,20 +73,19 @@ endif()
 
 # --- the package: every target, with usage requirements that resolve --------------
 # Configured (not built) as a project of its own: find_package(troupe) must
-# define all six targets, and generating a target that links troupe::node
-# resolves every link of every layer (a dependency the config failed to find
-# again is an error here).
+# define every target, and generating a target that links them all resolves
+# every link (a dependency the config failed to find again is an error here).
 file(WRITE "${WORK_DIR}/package/CMakeLists.txt" "
 cmake_minimum_required(VERSION 3.25)
 project(troupe_package_check LANGUAGES CXX)
 find_package(troupe ${VERSION} EXACT REQUIRED)
-foreach(layer core net persist patterns cluster node)
-  if(NOT TARGET troupe::\${layer})
-    message(FATAL_ERROR \"find_package(troupe) defines no troupe::\${layer}\")
-  endif()
-endforeach()
 add_library(all_headers OBJECT \"${WORK_DIR}/all_headers.cpp\")
-target_link_libraries(all_headers PRIVATE troupe::node)
+foreach(name ${TARGETS})
+  if(NOT TARGET troupe::\${name})
+    message(FATAL_ERROR \"find_package(troupe) defines no troupe::\${name}\")
+  endif()
+  target_link_libraries(all_headers PRIVATE troupe::\${name})
+endforeach()
 ")
 run(out "find_package(troupe) with every target" ${CMAKE_COMMAND} -S "${WORK_DIR}/package" -B "${WORK_DIR}/package/build"
     -G "${GENERATOR}" "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_PREFIX_PATH=${prefix}" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
