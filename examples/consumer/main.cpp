@@ -72,7 +72,9 @@ troupe::EventCodecs<CounterEvent> event_codecs() {
   return codecs;
 }
 
-// The counters of one journal file, in an actor system of their own.
+// The counters of one journal file, in an actor system of their own. Owns
+// both; destroying it stops the entities, then closes the journal. The
+// calls block until the counter answers: make them from outside actors.
 class Counters {
  public:
   static std::unique_ptr<Counters> open(const std::string& path) {
