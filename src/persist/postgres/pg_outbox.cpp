@@ -2,8 +2,9 @@
 // is missing, apart from the numbered schema), the statements, the records
 // an append sends in its own transaction, claims (FOR UPDATE SKIP LOCKED, so
 // dispatchers on several nodes never wait for each other's rows) and
-// settlements, each in a transaction of its own. Layout: doc/journal.md
-// ("The outbox"); keep the two in step.
+// settlements, and reading their results. The writer lane runs claims and
+// settlements in postgres_slow_path.cpp. Layout: doc/journal.md ("The
+// outbox"); keep the two in step.
 
 #include "pg_outbox.hpp"
 
@@ -11,8 +12,6 @@
 #include <string>
 #include <utility>
 
-#include "../outbox_support.hpp"
-#include "postgres_writer.hpp"
 
 namespace troupe::pg {
 
@@ -132,54 +131,6 @@ Result<std::vector<OutboxEntry>> parse_outbox_entries(const PGresult* r) {
   out.reserve(rows.size());
   for (auto& [id, e] : rows) out.push_back(std::move(e));
   return out;
-}
-
-Result<void> Writer::do_outbox(detail::OutboxWrite& op, Clock::time_point deadline) {
-  Params p;
-  const char* statement = nullptr;
-  std::string doing;
-  if (op.claim) {
-    const OutboxClaim& c = *op.claim;
-    p.bytes(c.owner);
-    p.int8(static_cast<std::int64_t>(c.incarnation));
-    p.int8(c.now_ms);
-    p.int8(c.lease_ms);
-    p.int8(static_cast<std::int64_t>(std::min<std::size_t>(c.limit, INT64_MAX)));
-    statement = Sql::kOutboxClaim;
-    doing = "claim outbox records";
-  } else {
-    const OutboxSettlement& st = *op.settlement;
-    p.bytes(st.key);
-    p.bytes(st.owner);
-    p.int8(static_cast<std::int64_t>(st.incarnation));
-    if (st.outcome == OutboxSettlement::Outcome::done) {
-      statement = Sql::kOutboxSettleDone;
-    } else {
-      const bool retry = st.outcome == OutboxSettlement::Outcome::retry;
-      p.int8(retry ? 0 : 1);
-      p.int8(retry ? st.next_attempt_ms : 0);
-      p.bytes(st.error);
-      statement = Sql::kOutboxSettleUpdate;
-    }
-    doing = "settle the outbox record " + printable(st.key);
-  }
-  // One statement, one implicit transaction. A claim or settlement whose
-  // connection broke may or may not have committed: it fails, and the
-  // leases it may have taken run out.
-  std::string why;
-  if (!ensure_connected(deadline, why))
-    return Error(ErrorCode::journal_failed, "postgres journal: " + doing + ": the server is unreachable: " + why);
-  Outcome o = run_prepared(conn_.get(), statement, p);
-  if (!o.ok) {
-    if (o.lost) drop_connection();
-    return failed(doing, o);
-  }
-  if (op.claim) {
-    auto entries = parse_outbox_entries(o.res.get());
-    if (!entries) return std::move(entries).error();
-    op.claimed = std::move(*entries);
-  }
-  return {};
 }
 
 }  // namespace troupe::pg
