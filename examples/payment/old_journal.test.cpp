@@ -1,8 +1,9 @@
 // Payments stored by an older build replay through today's codecs: the rows
 // of testdata/journal_before_protobuf.sql (ByteWriter codecs, manifests
 // without a package, SettlementAccepted v1 and v2) are loaded into a SQLite
-// journal and every payment recovers to the state that build folded them
-// into (printed by it when the rows were written).
+// journal and every payment recovers, through the upcasters of
+// payment_codecs(), to the state that build folded them into (printed by it
+// when the rows were written). New events go in as Protobuf messages.
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -40,18 +41,18 @@ struct Expected {
 // What the older build's codecs and Payment::on_event made of the rows.
 const std::vector<Expected> kExpected = {
     {"cancelled", 2, Phase::cancelled, Failure::none, "cust-10", "order-6", 500, 0, "", 0, 0, "", 0},
-    {"created-completed", 3, Phase::completed, Failure::none, "cust-7", "order-3", 4200, 1767225600040, "AUTH-00C0FFEE",
-     0, 0, "", 0},
-    {"declined", 2, Phase::failed, Failure::declined, "cust-8", "order-4", 77, 1767225600020, "declined by issuer", 0,
-     0, "", 0},
+    {"created-completed", 3, Phase::completed, Failure::none, "cust-7", "order-3", 4200, 1767225600040,
+     "AUTH-00C0FFEE", 0, 0, "", 0},
+    {"declined", 2, Phase::failed, Failure::declined, "cust-8", "order-4", 77, 1767225600020,
+     "declined by issuer", 0, 0, "", 0},
     {"gateway-error", 2, Phase::failed, Failure::gateway_error, "cust-9", "order-5", 310, 1767225600020,
      "unreachable: gateway: connection refused", 0, 0, "", 0},
-    {"refund-retried", 6, Phase::cancelled, Failure::none, "cust-12", "order-8", 2000, 1767225600020, "AUTH-87654321",
-     2000, 42, "", 2},
-    {"refunded", 4, Phase::cancelled, Failure::none, "cust-11", "order-7", 150000, 1767225600020, "AUTH-12345678",
-     150000, 41, "", 1},
-    {"v1-completed", 2, Phase::completed, Failure::none, "", "order-1", 1250, 1767225600020, "AUTH-0000A1B2", 0, 0, "",
-     0},
+    {"refund-retried", 6, Phase::cancelled, Failure::none, "cust-12", "order-8", 2000, 1767225600020,
+     "AUTH-87654321", 2000, 42, "", 2},
+    {"refunded", 4, Phase::cancelled, Failure::none, "cust-11", "order-7", 150000, 1767225600020,
+     "AUTH-12345678", 150000, 41, "", 1},
+    {"v1-completed", 2, Phase::completed, Failure::none, "", "order-1", 1250, 1767225600020, "AUTH-0000A1B2",
+     0, 0, "", 0},
     {"v1-timed-out", 2, Phase::failed, Failure::timed_out, "", "order-2", 990, 1767225600020,
      "no answer from the gateway within 15000 ms", 0, 0, "", 0},
 };
@@ -108,15 +109,17 @@ class OldJournal : public ::testing::Test {
     troupe::EntitySettings settings;
     settings.type_name = "payment";
     settings.log = false;
-    auto reg = troupe::EntityRegistry<Payment>::start(*system_, journal_, settings, payment_codecs(),
-                                                      [](const std::string&) { return Payment({}, {}, 15s); });
+    auto reg =
+        troupe::EntityRegistry<Payment>::start(*system_, journal_, settings, payment_codecs(),
+                                               [](const std::string&) { return Payment({}, {}, 15s); });
     ASSERT_TRUE(reg.ok()) << reg.error().to_string();
     registry_.emplace(std::move(*reg));
   }
 
   troupe::Result<PaymentStatus> status(const std::string& id) {
     return registry_
-        ->ask<PaymentStatus>(id, [](troupe::ReplyTo<PaymentStatus> r) { return GetStatus{std::move(r)}; }, 10s)
+        ->ask<PaymentStatus>(
+            id, [](troupe::ReplyTo<PaymentStatus> r) { return GetStatus{std::move(r)}; }, 10s)
         .get();
   }
 
@@ -149,6 +152,33 @@ TEST_F(OldJournal, EveryPaymentAnOlderBuildStoredRecoversToTheStateThatBuildFold
     EXPECT_EQ(s.refund_attempt, x.refund_attempt);
   }
   EXPECT_EQ(registry_->stats().recovery_failures, 0u);
+}
+
+TEST_F(OldJournal, NewEventsBesideTheOldRowsAreStoredAsTheirProtobufMessages) {
+  load_old_rows();
+  start();
+  auto created = registry_
+                     ->ask<PaymentStatus>(
+                         "new-one",
+                         [](troupe::ReplyTo<PaymentStatus> r) {
+                           return Create{"cust-1", "order-9", 700, std::move(r)};
+                         },
+                         10s)
+                     .get();
+  ASSERT_TRUE(created.ok()) << created.error().to_string();
+  auto rows = troupe::journal_sync::recover(*journal_, "payment|new-one");
+  ASSERT_TRUE(rows.ok()) << rows.error().to_string();
+  ASSERT_EQ(rows->events.size(), 1u);
+  EXPECT_EQ(rows->events[0].type, "payment.pb.PaymentCreated");
+  EXPECT_EQ(rows->events[0].version, 2u);
+  pb::PaymentCreated m;
+  ASSERT_TRUE(m.ParseFromString(rows->events[0].payload));
+  EXPECT_EQ(m.order_id(), "order-9");
+  // The old rows are read, never rewritten.
+  auto old = troupe::journal_sync::recover(*journal_, "payment|v1-completed");
+  ASSERT_TRUE(old.ok());
+  EXPECT_EQ(old->events[0].type, "SettlementAccepted");
+  EXPECT_EQ(old->events[0].version, 1u);
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ inline pb::Money eur(std::int64_t cents) {
   return m;
 }
 inline Result<std::int64_t> cents_of(const pb::Money& m) {
-  if (m.currency() != "EUR") return Error(ErrorCode::invalid_argument, "currency '" + m.currency() + "' is not EUR");
+  if (m.currency() != "EUR")
+    return Error(ErrorCode::invalid_argument, "currency '" + m.currency() + "' is not EUR");
   return m.units();
 }
 
@@ -104,7 +105,9 @@ inline StateCodec<AccountState> account_snapshots() {
         m.set_deposits(s.deposits);
         return m;
       },
-      [](const pb::AccountSnapshot& m) { return AccountState{m.balance_cents(), m.deposits()}; });
+      [](const pb::AccountSnapshot& m) {
+        return AccountState{m.balance_cents(), m.deposits()};
+      });
 }
 
 // Rows as older builds wrote them.

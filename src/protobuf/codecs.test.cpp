@@ -45,7 +45,8 @@ TEST(ProtobufCodecs, EveryEventRoundTripsWhetherConvertedOrItselfTheMessage) {
   auto c = account_codecs();
   pb::Withdrawn w;
   w.set_cents(42);
-  for (const AccountEvent& e : {AccountEvent(Deposit{100, "gift"}), AccountEvent(Transfer{30, "bob"}), AccountEvent(w)}) {
+  for (const AccountEvent& e :
+       {AccountEvent(Deposit{100, "gift"}), AccountEvent(Transfer{30, "bob"}), AccountEvent(w)}) {
     auto enc = c.encode(e);
     ASSERT_TRUE(enc.ok());
     auto back = c.decode(enc->type, enc->version, enc->payload);
@@ -65,14 +66,19 @@ TEST(ProtobufCodecs, AnUnknownTypeNameBytesThatDoNotParseAndARefusedMessageAreCo
   auto unknown = c.decode("troupe.testpb.Refunded", 1, "");
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.error().code(), ErrorCode::corrupt_record);
-  EXPECT_TRUE(has(unknown.error(), "unknown event manifest 'troupe.testpb.Refunded' v1")) << unknown.error().message();
+  EXPECT_TRUE(has(unknown.error(), "unknown event manifest 'troupe.testpb.Refunded' v1"))
+      << unknown.error().message();
 
   // Field 1, length 5, but two bytes follow.
-  auto torn = c.decode("troupe.testpb.Deposited", 3, std::string("\x0a\x05" "ab", 4));
+  auto torn = c.decode("troupe.testpb.Deposited", 3,
+                       std::string("\x0a\x05"
+                                   "ab",
+                                   4));
   ASSERT_FALSE(torn.ok());
   EXPECT_EQ(torn.error().code(), ErrorCode::corrupt_record);
   EXPECT_TRUE(has(torn.error(), "'troupe.testpb.Deposited' v3")) << torn.error().message();
-  EXPECT_TRUE(has(torn.error(), "4 byte(s) do not parse as troupe.testpb.Deposited")) << torn.error().message();
+  EXPECT_TRUE(has(torn.error(), "4 byte(s) do not parse as troupe.testpb.Deposited"))
+      << torn.error().message();
 
   pb::Deposited usd;
   usd.mutable_amount()->set_units(5);
@@ -117,7 +123,8 @@ TEST(ProtobufCodecs, AnUpcasterThatFailsOrThrowsIsACorruptRecordNamingTheTypeAnd
   // The second step of the chain fails: it is the one named.
   auto trailing = c.decode("Deposited", 1, deposited_v1(5) + "!");
   ASSERT_FALSE(trailing.ok());
-  EXPECT_TRUE(has(trailing.error(), "cannot upcast 'Deposited' v1 to 'Deposited' v2: 1 unexpected trailing byte"))
+  EXPECT_TRUE(
+      has(trailing.error(), "cannot upcast 'Deposited' v1 to 'Deposited' v2: 1 unexpected trailing byte"))
       << trailing.error().message();
   auto bad_v2 = c.decode("Deposited", 2, deposited_v1(5));
   ASSERT_FALSE(bad_v2.ok());
@@ -231,7 +238,11 @@ TEST(ProtobufMessageCodecs, ARequestAndItsAnswerCrossTheWireAsTheirMessages) {
 TEST(ProtobufMessageCodecs, BytesThatDoNotParseOrAreRefusedAreProtocolErrorsNamingTheMessage) {
   auto c = account_messages();
   auto id = cluster::message_id("troupe.testpb.GetBalance");
-  auto torn = c.decode(id, std::string("\x0a\x09" "EU", 4), nullptr);
+  auto torn = c.decode(id,
+                       std::string("\x0a\x09"
+                                   "EU",
+                                   4),
+                       nullptr);
   ASSERT_FALSE(torn.ok());
   EXPECT_EQ(torn.error().code(), ErrorCode::protocol_error);
   EXPECT_TRUE(has(torn.error(), "'troupe.testpb.GetBalance'")) << torn.error().message();

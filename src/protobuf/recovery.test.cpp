@@ -42,7 +42,9 @@ struct Account {
     return match(
         c,
         [&](DepositCmd& d) {
-          return Effect::persist(Deposit{d.cents, "cmd"}).then_reply(d.reply_to, [](const State& st) { return st; });
+          return Effect::persist(Deposit{d.cents, "cmd"}).then_reply(d.reply_to, [](const State& st) {
+            return st;
+          });
         },
         [&](GetAccount& g) { return Effect::reply(g.reply_to, s); });
   }
@@ -53,7 +55,8 @@ struct Account {
           s.balance += d.cents;
           ++s.deposits;
         },
-        [&](const Transfer& t) { s.balance -= t.cents; }, [&](const pb::Withdrawn& w) { s.balance -= w.cents(); });
+        [&](const Transfer& t) { s.balance -= t.cents; },
+        [&](const pb::Withdrawn& w) { s.balance -= w.cents(); });
   }
 };
 
@@ -89,7 +92,8 @@ class ProtobufRecovery : public ::testing::Test {
   // Stores rows as they are, as an older build left them.
   void store(const std::string& pid, std::vector<EventRecord> rows) {
     std::promise<Result<void>> done;
-    journal->append(AppendBatch{pid, std::move(rows), {}}, [&](Result<void> r) { done.set_value(std::move(r)); });
+    journal->append(AppendBatch{pid, std::move(rows), {}},
+                    [&](Result<void> r) { done.set_value(std::move(r)); });
     auto r = done.get_future().get();
     ASSERT_TRUE(r.ok()) << r.error().to_string();
   }
@@ -101,7 +105,10 @@ class ProtobufRecovery : public ::testing::Test {
     return row(seq, enc->type, enc->version, enc->payload);
   }
   Result<AccountState> get(const std::string& id) {
-    return reg->ask<AccountState>(id, [](ReplyTo<AccountState> r) { return GetAccount{std::move(r)}; }, 5s).get();
+    return reg
+        ->ask<AccountState>(
+            id, [](ReplyTo<AccountState> r) { return GetAccount{std::move(r)}; }, 5s)
+        .get();
   }
   Recovery recover(const std::string& pid) {
     std::promise<Result<Recovery>> done;
@@ -119,16 +126,21 @@ class ProtobufRecovery : public ::testing::Test {
 TEST_F(ProtobufRecovery, AnEntityRecoversRowsOfEveryOlderVersionAndStoresNewOnesAsTodaysMessage) {
   pb::Withdrawn w;
   w.set_cents(50);
-  store("account|a1", {row(1, "Deposited", 1, deposited_v1(500)), row(2, "Deposited", 2, deposited_v2(250, "gift")),
-                       row(3, Deposit{100, "now"}), row(4, "troupe.testpb.Transferred", 1, transferred_v1(200, "bob")),
-                       row(5, w)});
+  store("account|a1", {row(1, "Deposited", 1, deposited_v1(500)),
+                       row(2, "Deposited", 2, deposited_v2(250, "gift")), row(3, Deposit{100, "now"}),
+                       row(4, "troupe.testpb.Transferred", 1, transferred_v1(200, "bob")), row(5, w)});
   boot(account_codecs());
   auto s = get("a1");
   ASSERT_TRUE(s.ok()) << s.error().to_string();
   EXPECT_EQ(s->balance, 500 + 250 + 100 - 200 - 50);
   EXPECT_EQ(s->deposits, 3u);
 
-  auto after = reg->ask<AccountState>("a1", [](ReplyTo<AccountState> r) { return DepositCmd{10, std::move(r)}; }, 5s)
+  auto after = reg->ask<AccountState>(
+                      "a1",
+                      [](ReplyTo<AccountState> r) {
+                        return DepositCmd{10, std::move(r)};
+                      },
+                      5s)
                    .get();
   ASSERT_TRUE(after.ok()) << after.error().to_string();
   EXPECT_EQ(after->balance, 610);
@@ -142,21 +154,24 @@ TEST_F(ProtobufRecovery, AnEntityRecoversRowsOfEveryOlderVersionAndStoresNewOnes
 // proves: X1
 TEST_F(ProtobufRecovery, ARowThatCannotBeUpcastOrDecodedFailsTheRecoveryNamingEntitySeqTypeAndVersion) {
   store("account|short", {row(1, Deposit{1, ""}), row(2, "Deposited", 1, "abc")});
-  store("account|unknown", {row(1, Deposit{1, ""}), row(2, Deposit{2, ""}), row(3, "troupe.testpb.Refunded", 1, "")});
+  store("account|unknown",
+        {row(1, Deposit{1, ""}), row(2, Deposit{2, ""}), row(3, "troupe.testpb.Refunded", 1, "")});
   store("account|good", {row(1, "Deposited", 1, deposited_v1(7))});
   boot(account_codecs());
   auto a = get("short");
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.error().code(), ErrorCode::recovery_failed);
-  EXPECT_NE(a.error().message().find("entity 'account|short' cannot recover: corrupt_record: event 2: cannot upcast "
-                                     "'Deposited' v1 to 'Deposited' v2"),
+  EXPECT_NE(a.error().message().find(
+                "entity 'account|short' cannot recover: corrupt_record: event 2: cannot upcast "
+                "'Deposited' v1 to 'Deposited' v2"),
             std::string::npos)
       << a.error().message();
   auto b = get("unknown");
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.error().code(), ErrorCode::recovery_failed);
   EXPECT_NE(b.error().message().find("'account|unknown'"), std::string::npos) << b.error().message();
-  EXPECT_NE(b.error().message().find("event 3: unknown event manifest 'troupe.testpb.Refunded' v1"), std::string::npos)
+  EXPECT_NE(b.error().message().find("event 3: unknown event manifest 'troupe.testpb.Refunded' v1"),
+            std::string::npos)
       << b.error().message();
   // The others are not touched by it.
   auto c = get("good");
@@ -165,7 +180,8 @@ TEST_F(ProtobufRecovery, ARowThatCannotBeUpcastOrDecodedFailsTheRecoveryNamingEn
 
   // An upcaster that throws is an error value too, not a crash.
   auto throwing = account_codecs();
-  throwing.upcast("Deposited", 1, [](std::string_view) -> Result<std::string> { throw std::runtime_error("boom"); });
+  throwing.upcast("Deposited", 1,
+                  [](std::string_view) -> Result<std::string> { throw std::runtime_error("boom"); });
   boot(std::move(throwing));
   auto d = get("good");
   ASSERT_FALSE(d.ok());
@@ -179,7 +195,12 @@ TEST_F(ProtobufRecovery, SnapshotsAreStoredAsTheirMessageAndRecoveredWithoutTheE
   store("account|s1", {row(1, "Deposited", 1, deposited_v1(100))});
   boot(account_codecs(), 2);
   for (int i = 0; i < 3; ++i) {
-    auto r = reg->ask<AccountState>("s1", [](ReplyTo<AccountState> rt) { return DepositCmd{10, std::move(rt)}; }, 5s)
+    auto r = reg->ask<AccountState>(
+                    "s1",
+                    [](ReplyTo<AccountState> rt) {
+                      return DepositCmd{10, std::move(rt)};
+                    },
+                    5s)
                  .get();
     ASSERT_TRUE(r.ok()) << r.error().to_string();
   }
@@ -189,7 +210,8 @@ TEST_F(ProtobufRecovery, SnapshotsAreStoredAsTheirMessageAndRecoveredWithoutTheE
   EXPECT_EQ(rec.snapshot->type, "troupe.testpb.AccountSnapshot");
   EXPECT_EQ(rec.snapshot->version, 2u);
   std::promise<Result<void>> deleted;
-  journal->delete_up_to("account|s1", rec.snapshot->seq, [&](Result<void> r) { deleted.set_value(std::move(r)); });
+  journal->delete_up_to("account|s1", rec.snapshot->seq,
+                        [&](Result<void> r) { deleted.set_value(std::move(r)); });
   ASSERT_TRUE(deleted.get_future().get().ok());
 
   boot(account_codecs(), 2);

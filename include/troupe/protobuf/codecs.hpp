@@ -26,7 +26,8 @@
 //   troupe::upcast_protobuf<pb::SettlementAcceptedV1, pb::SettlementAccepted>(codecs, 1, v1_to_v2);
 //   // rows written by ByteWriter codecs under the old name "SettlementAccepted":
 //   troupe::upcast_from_bytes<pb::SettlementAccepted>(codecs, "SettlementAccepted", 2,
-//       [](troupe::ByteReader& r) -> troupe::Result<pb::SettlementAccepted> { ...; return r.finish(std::move(m)); });
+//       [](troupe::ByteReader& r) -> troupe::Result<pb::SettlementAccepted> { ...; return
+//       r.finish(std::move(m)); });
 //
 // Snapshots: protobuf_state_codec<State>(state_to_pb, state_from_pb) is
 // a StateCodec with the same manifest rules. The cluster's message codecs
@@ -34,6 +35,9 @@
 //
 // Like the codec tables they fill, these are used while the tables are
 // set up; encoding and decoding are then safe from many threads.
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
 
 #include <climits>
 #include <cstdint>
@@ -43,9 +47,6 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
-
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/message.h>
 
 #include "troupe/core/result.hpp"
 #include "troupe/persist/codec.hpp"
@@ -79,7 +80,8 @@ namespace detail {
 template <Message PB>
 void write(const PB& m, ByteWriter& w) {
   if (!m.AppendToString(&w.bytes()))
-    throw std::invalid_argument("cannot encode " + manifest_name<PB>() + ": " + m.InitializationErrorString());
+    throw std::invalid_argument("cannot encode " + manifest_name<PB>() + ": " +
+                                m.InitializationErrorString());
 }
 
 // Parses every byte left in r as a PB.
@@ -87,7 +89,8 @@ template <Message PB>
 Result<PB> read(ByteReader& r) {
   std::string_view bytes = r.rest();
   PB m;
-  if (bytes.size() > static_cast<std::size_t>(INT_MAX) || !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+  if (bytes.size() > static_cast<std::size_t>(INT_MAX) ||
+      !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return Error(ErrorCode::corrupt_record,
                  std::to_string(bytes.size()) + " byte(s) do not parse as " + manifest_name<PB>());
   return Result<PB>(std::move(m));
@@ -95,7 +98,8 @@ Result<PB> read(ByteReader& r) {
 
 // The message type a to_pb function returns (PB given: PB).
 template <class T, class PB, class ToPb>
-using MessageOf = std::conditional_t<std::is_void_v<PB>, std::remove_cvref_t<std::invoke_result_t<ToPb&, const T&>>, PB>;
+using MessageOf =
+    std::conditional_t<std::is_void_v<PB>, std::remove_cvref_t<std::invoke_result_t<ToPb&, const T&>>, PB>;
 
 // from_pb(m) as a Result<T>, whether from_pb returns T or Result<T>.
 template <class T, class PB, class FromPb>
@@ -134,10 +138,9 @@ EventCodecs<E>& add_protobuf(EventCodecs<E>& codecs, ToPb to_pb, FromPb from_pb)
   using M = protobuf::detail::MessageOf<T, PB, ToPb>;
   static_assert(protobuf::Message<M>, "to_pb must return a generated Protobuf message");
   auto read = protobuf::detail::reader<T, M>(std::move(from_pb));
-  return codecs.template add<T>(
-      protobuf::manifest_name<M>(), protobuf::manifest_version<M>(),
-      protobuf::detail::encoder<T, M>(std::move(to_pb)),
-      [read = std::move(read)](std::uint32_t, ByteReader& r) { return read(r); });
+  return codecs.template add<T>(protobuf::manifest_name<M>(), protobuf::manifest_version<M>(),
+                                protobuf::detail::encoder<T, M>(std::move(to_pb)),
+                                [read = std::move(read)](std::uint32_t, ByteReader& r) { return read(r); });
 }
 
 // Registers the generated message PB as an event type of its own.

@@ -27,12 +27,14 @@ namespace troupe {
 
 // Registers T (no reply, or ReplyTo<void>) as the message to_pb returns.
 template <class T, class M, class ToPb, class FromPb>
-  requires(!cluster::detail::ReplyTypeOf<T>::has || std::is_void_v<typename cluster::detail::ReplyTypeOf<T>::type>)
-Result<void> add_protobuf(cluster::MessageCodecs<M>& codecs, ToPb to_pb, FromPb from_pb,
-                          cluster::MessageOptions options = {}) {
+requires(!cluster::detail::ReplyTypeOf<T>::has ||
+         std::is_void_v<typename cluster::detail::ReplyTypeOf<T>::type>)
+    Result<void> add_protobuf(cluster::MessageCodecs<M>& codecs, ToPb to_pb, FromPb from_pb,
+                              cluster::MessageOptions options = {}) {
   using PB = protobuf::detail::MessageOf<T, void, ToPb>;
   static_assert(protobuf::Message<PB>, "to_pb must return a generated Protobuf message");
-  return codecs.template add<T>(protobuf::manifest_name<PB>(), protobuf::detail::encoder<T, PB>(std::move(to_pb)),
+  return codecs.template add<T>(protobuf::manifest_name<PB>(),
+                                protobuf::detail::encoder<T, PB>(std::move(to_pb)),
                                 protobuf::detail::reader<T, PB>(std::move(from_pb)), options);
 }
 
@@ -40,14 +42,17 @@ Result<void> add_protobuf(cluster::MessageCodecs<M>& codecs, ToPb to_pb, FromPb 
 // to_pb returns, and its reply R as the message reply_to_pb returns.
 template <class T, class M, class ToPb, class FromPb, class ReplyToPb, class ReplyFromPb,
           class R = typename cluster::detail::ReplyTypeOf<T>::type>
-  requires(cluster::detail::ReplyTypeOf<T>::has && !std::is_void_v<R>)
-Result<void> add_protobuf(cluster::MessageCodecs<M>& codecs, ToPb to_pb, FromPb from_pb, ReplyToPb reply_to_pb,
-                          ReplyFromPb reply_from_pb, cluster::MessageOptions options = {}) {
+requires(cluster::detail::ReplyTypeOf<T>::has &&
+         !std::is_void_v<R>) Result<void> add_protobuf(cluster::MessageCodecs<M>& codecs, ToPb to_pb,
+                                                       FromPb from_pb, ReplyToPb reply_to_pb,
+                                                       ReplyFromPb reply_from_pb,
+                                                       cluster::MessageOptions options = {}) {
   using PB = protobuf::detail::MessageOf<T, void, ToPb>;
   using RPB = protobuf::detail::MessageOf<R, void, ReplyToPb>;
   static_assert(protobuf::Message<PB> && protobuf::Message<RPB>,
                 "to_pb and reply_to_pb must return generated Protobuf messages");
-  return codecs.template add<T>(protobuf::manifest_name<PB>(), protobuf::detail::encoder<T, PB>(std::move(to_pb)),
+  return codecs.template add<T>(protobuf::manifest_name<PB>(),
+                                protobuf::detail::encoder<T, PB>(std::move(to_pb)),
                                 protobuf::detail::reader<T, PB>(std::move(from_pb)),
                                 protobuf::detail::encoder<R, RPB>(std::move(reply_to_pb)),
                                 protobuf::detail::reader<R, RPB>(std::move(reply_from_pb)), options);
