@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "account_test_codecs.hpp"
+#include "test_required.pb.h"
 #include "troupe/protobuf/messages.hpp"
 
 namespace troupe::test {
@@ -250,6 +251,29 @@ TEST(ProtobufMessageCodecs, BytesThatDoNotParseOrAreRefusedAreProtocolErrorsNami
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().code(), ErrorCode::protocol_error);
   EXPECT_TRUE(has(refused.error(), "no currency")) << refused.error().message();
+}
+
+// proves: X1
+TEST(ProtobufCodecs, AMessageMissingARequiredFieldIsRefusedWhenStoredAndWhenReceived) {
+  using troupe::testpb2::Signed;
+  EventCodecs<Signed> events;
+  add_protobuf<Signed>(events);
+  // The entity turns the throw into "cannot encode an event" and stores nothing.
+  EXPECT_THROW((void)events.encode(Signed()), std::invalid_argument);
+  Signed ok;
+  ok.set_signature("s");
+  EXPECT_TRUE(events.encode(ok).ok());
+
+  // On the wire nothing throws; the receiver refuses the message.
+  cluster::MessageCodecs<Signed> wire;
+  ASSERT_TRUE(add_protobuf<Signed>(wire).ok());
+  ByteWriter w;
+  auto id = wire.encode(Signed(), w);
+  ASSERT_TRUE(id.ok());
+  auto back = wire.decode(*id, w.bytes(), nullptr);
+  ASSERT_FALSE(back.ok());
+  EXPECT_EQ(back.error().code(), ErrorCode::protocol_error);
+  EXPECT_TRUE(has(back.error(), "troupe.testpb2.Signed lacks signature")) << back.error().message();
 }
 
 }  // namespace

@@ -79,20 +79,25 @@ namespace detail {
 // event it cannot encode, and stores nothing.
 template <Message PB>
 void write(const PB& m, ByteWriter& w) {
-  if (!m.AppendToString(&w.bytes()))
-    throw std::invalid_argument("cannot encode " + manifest_name<PB>() + ": " +
+  // Checked here, not by Protobuf, whose failed check logs and aborts.
+  if (!m.IsInitialized())
+    throw std::invalid_argument("cannot encode " + manifest_name<PB>() + ": missing " +
                                 m.InitializationErrorString());
+  (void)m.AppendPartialToString(&w.bytes());
 }
 
-// Parses every byte left in r as a PB.
+// Parses every byte left in r as a PB. (The partial parse and the check
+// after it keep Protobuf from logging on its own.)
 template <Message PB>
 Result<PB> read(ByteReader& r) {
   std::string_view bytes = r.rest();
   PB m;
   if (bytes.size() > static_cast<std::size_t>(INT_MAX) ||
-      !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+      !m.ParsePartialFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return Error(ErrorCode::corrupt_record,
                  std::to_string(bytes.size()) + " byte(s) do not parse as " + manifest_name<PB>());
+  if (!m.IsInitialized())
+    return Error(ErrorCode::corrupt_record, manifest_name<PB>() + " lacks " + m.InitializationErrorString());
   return Result<PB>(std::move(m));
 }
 

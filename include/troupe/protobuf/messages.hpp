@@ -24,6 +24,19 @@
 #include "troupe/protobuf/codecs.hpp"
 
 namespace troupe {
+namespace protobuf::detail {
+
+// The encoder of a wire message: never throws (the runtime encodes on its
+// own threads). A proto2 message missing a required field is sent as it
+// is, and the receiver's parse refuses it as a protocol_error.
+template <class T, Message PB, class ToPb>
+auto wire_encoder(ToPb to_pb) {
+  return [to_pb = std::move(to_pb)](const T& v, ByteWriter& w) {
+    (void)to_pb(v).AppendPartialToString(&w.bytes());
+  };
+}
+
+}  // namespace protobuf::detail
 
 // Registers T (no reply, or ReplyTo<void>) as the message to_pb returns.
 template <class T, class M, class ToPb, class FromPb>
@@ -34,7 +47,7 @@ requires(!cluster::detail::ReplyTypeOf<T>::has ||
   using PB = protobuf::detail::MessageOf<T, void, ToPb>;
   static_assert(protobuf::Message<PB>, "to_pb must return a generated Protobuf message");
   return codecs.template add<T>(protobuf::manifest_name<PB>(),
-                                protobuf::detail::encoder<T, PB>(std::move(to_pb)),
+                                protobuf::detail::wire_encoder<T, PB>(std::move(to_pb)),
                                 protobuf::detail::reader<T, PB>(std::move(from_pb)), options);
 }
 
@@ -52,9 +65,9 @@ requires(cluster::detail::ReplyTypeOf<T>::has &&
   static_assert(protobuf::Message<PB> && protobuf::Message<RPB>,
                 "to_pb and reply_to_pb must return generated Protobuf messages");
   return codecs.template add<T>(protobuf::manifest_name<PB>(),
-                                protobuf::detail::encoder<T, PB>(std::move(to_pb)),
+                                protobuf::detail::wire_encoder<T, PB>(std::move(to_pb)),
                                 protobuf::detail::reader<T, PB>(std::move(from_pb)),
-                                protobuf::detail::encoder<R, RPB>(std::move(reply_to_pb)),
+                                protobuf::detail::wire_encoder<R, RPB>(std::move(reply_to_pb)),
                                 protobuf::detail::reader<R, RPB>(std::move(reply_from_pb)), options);
 }
 
