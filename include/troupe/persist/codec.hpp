@@ -196,6 +196,12 @@ struct VariantIndex<T, std::variant<Ts...>> {
   }();
 };
 
+// Hashes std::string keys and finds them by string_view, without a copy.
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
 template <class E>
 struct IsVariant : std::false_type {};
 template <class... Ts>
@@ -282,7 +288,7 @@ class EventCodecs {
   };
 
   const UpcastStep* find_step(std::string_view type, std::uint32_t version) const {
-    auto t = upcasters_.find(std::string(type));
+    auto t = upcasters_.find(type);
     if (t == upcasters_.end()) return nullptr;
     auto v = t->second.find(version);
     return v == t->second.end() ? nullptr : &v->second;
@@ -317,7 +323,7 @@ class EventCodecs {
   }
 
   Result<E> decode_current(std::string_view type, std::uint32_t version, std::string_view payload) const {
-    auto it = readers_.find(std::string(type));
+    auto it = readers_.find(type);
     if (it == readers_.end())
       return Error(ErrorCode::corrupt_record, "unknown event manifest '" + std::string(type) + "' v" +
                                                   std::to_string(version));
@@ -365,8 +371,10 @@ class EventCodecs {
   }
 
   std::vector<Writer> writers_;
-  std::unordered_map<std::string, std::function<Result<E>(std::uint32_t, ByteReader&)>> readers_;
-  std::unordered_map<std::string, std::map<std::uint32_t, UpcastStep>> upcasters_;
+  std::unordered_map<std::string, std::function<Result<E>(std::uint32_t, ByteReader&)>, detail::StringHash,
+                     std::equal_to<>>
+      readers_;
+  std::unordered_map<std::string, std::map<std::uint32_t, UpcastStep>, detail::StringHash, std::equal_to<>> upcasters_;
 };
 
 // The codec of a state type, for snapshots. Optional: without one an entity
