@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "pg_outbox.hpp"
 #include "postgres_writer.hpp"
 
 namespace troupe::pg {
@@ -123,7 +124,8 @@ Result<void> Writer::apply_one(JournalWrite& op, std::uint64_t& written, bool& l
       }
       break;
     }
-    case Kind::fence: break;  // never routed here
+    case Kind::fence:
+    case Kind::outbox: break;  // never routed here
   }
   if (lost) return r;
   Outcome end = run(c, r.ok() ? "RELEASE SAVEPOINT op" : "ROLLBACK TO SAVEPOINT op");
@@ -155,6 +157,14 @@ Result<void> Writer::slow_append(AppendBatch& batch, bool& lost) {
     lost = o.lost;
     if (o.sqlstate == kUniqueViolation) return conflict(batch);
     return failed("append " + printable(id) + " seq " + std::to_string(first), o);
+  }
+  if (auto rows = outbox_rows(one)) {
+    o = run_prepared(conn_.get(), Sql::kOutboxAppend, *rows);
+    if (!o.ok) {
+      lost = o.lost;
+      if (o.sqlstate == kUniqueViolation) return outbox_conflict(batch);
+      return failed("store the outbox records of " + printable(id) + " seq " + std::to_string(first), o);
+    }
   }
   return {};
 }
