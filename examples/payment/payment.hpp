@@ -53,9 +53,10 @@
 #include <vector>
 
 #include "gateway.hpp"
+#include "payment_events.pb.h"
 #include "troupe/core.hpp"
-
 #include "troupe/persist.hpp"
+#include "troupe/protobuf/codecs.hpp"
 
 namespace payment {
 
@@ -168,8 +169,16 @@ struct PaymentCancelled {
   std::int64_t refunded = 0;  // 0 when cancelled before settling; above 0 it calls for a refund
 };
 
+// What builds before the outbox stored about handing a refund to their
+// refund queue (the rows RefundQueued, RefundNotQueued and RefundRetried):
+// read from old journals so that they still replay, never written, and
+// ignored by the state (such a refund was that queue's to pay).
+struct LegacyRefundStep {
+  std::string what;  // "queued as job 41", "not queued: <why>", "retried"
+};
+
 using Event = std::variant<SettlementAccepted, SettlementSucceeded, SettlementDeclined, SettlementFailed,
-                           SettlementTimedOut, PaymentCancelled, PaymentCreated>;
+                           SettlementTimedOut, PaymentCancelled, PaymentCreated, LegacyRefundStep>;
 
 // The side effect a refund is: kind kRefundEffect, the amount in minor
 // units as decimal text; the payment is the record's entity id.
@@ -227,7 +236,8 @@ class Payment {
         [&](const PaymentCancelled& x) {
           s.phase = Phase::cancelled;
           s.refunded = x.refunded;
-        });
+        },
+        [&](const LegacyRefundStep&) {});
   }
 
   // The refund a cancel after completion calls for, stored with the event
@@ -362,72 +372,131 @@ class Payment {
   troupe::ReplyTo<PaymentStatus> client_;  // the Settle waiting for this episode's outcome
 };
 
-// --- codecs: every event as bytes, and back ------------------------------------------
+// --- codecs: every event as its message in payment_events.proto ---------------------
+
+namespace codec {
+
+inline pb::PaymentCreated to_pb(const PaymentCreated& e) {
+  pb::PaymentCreated m;
+  m.set_customer(e.customer);
+  m.set_order_id(e.order_id);
+  m.set_amount(e.amount);
+  return m;
+}
+inline pb::SettlementAccepted to_pb(const SettlementAccepted& e) {
+  pb::SettlementAccepted m;
+  m.set_order_id(e.order_id);
+  m.set_amount(e.amount);
+  m.set_accepted_at_ms(e.accepted_at_ms);
+  m.set_customer(e.customer);
+  return m;
+}
+inline pb::SettlementSucceeded to_pb(const SettlementSucceeded& e) {
+  pb::SettlementSucceeded m;
+  m.set_authorization(e.authorization);
+  return m;
+}
+inline pb::SettlementDeclined to_pb(const SettlementDeclined& e) {
+  pb::SettlementDeclined m;
+  m.set_reason(e.reason);
+  return m;
+}
+inline pb::SettlementFailed to_pb(const SettlementFailed& e) {
+  pb::SettlementFailed m;
+  m.set_reason(e.reason);
+  return m;
+}
+inline pb::SettlementTimedOut to_pb(const SettlementTimedOut& e) {
+  pb::SettlementTimedOut m;
+  m.set_timeout_ms(e.timeout_ms);
+  return m;
+}
+inline pb::PaymentCancelled to_pb(const PaymentCancelled& e) {
+  pb::PaymentCancelled m;
+  m.set_refunded(e.refunded);
+  return m;
+}
+inline pb::LegacyRefundStep to_pb(const LegacyRefundStep& e) {
+  pb::LegacyRefundStep m;
+  m.set_what(e.what);
+  return m;
+}
+
+inline PaymentCreated from_pb(const pb::PaymentCreated& m) {
+  return {m.customer(), m.order_id(), m.amount()};
+}
+inline SettlementAccepted from_pb(const pb::SettlementAccepted& m) {
+  return {m.order_id(), m.amount(), m.accepted_at_ms(), m.customer()};
+}
+inline SettlementSucceeded from_pb(const pb::SettlementSucceeded& m) { return {m.authorization()}; }
+inline SettlementDeclined from_pb(const pb::SettlementDeclined& m) { return {m.reason()}; }
+inline SettlementFailed from_pb(const pb::SettlementFailed& m) { return {m.reason()}; }
+inline SettlementTimedOut from_pb(const pb::SettlementTimedOut& m) { return {m.timeout_ms()}; }
+inline PaymentCancelled from_pb(const pb::PaymentCancelled& m) { return {m.refunded()}; }
+inline LegacyRefundStep from_pb(const pb::LegacyRefundStep& m) { return {m.what()}; }
+
+inline constexpr auto to_message = [](const auto& e) { return to_pb(e); };
+inline constexpr auto from_message = [](const auto& m) { return from_pb(m); };
+
+// A row from before payment_events.proto: the ByteWriter layout of event E
+// under its bare name, read with `read` into today's message of E.
+template <class E, class Read>
+void upcast_bytes(troupe::EventCodecs<Event>& c, const char* name, std::uint32_t version, Read read) {
+  using Message = decltype(to_pb(std::declval<const E&>()));
+  troupe::upcast_from_bytes<Message>(c, name, version,
+                                     [read](troupe::ByteReader& r) -> troupe::Result<Message> {
+                                       E e = read(r);
+                                       return r.finish(to_pb(e));
+                                     });
+}
+
+}  // namespace codec
 
 inline troupe::EventCodecs<Event> payment_codecs() {
+  using codec::from_message;
+  using codec::to_message;
+  using codec::upcast_bytes;
   using troupe::ByteReader;
-  using troupe::ByteWriter;
-  using troupe::Result;
   troupe::EventCodecs<Event> c;
-  // Version 2 adds the customer; version 1 rows still read.
-  c.add<SettlementAccepted>(
-      "SettlementAccepted", 2,
-      [](const SettlementAccepted& e, ByteWriter& w) {
-        w.str(e.order_id).i64(e.amount).i64(e.accepted_at_ms).str(e.customer);
-      },
-      [](std::uint32_t version, ByteReader& r) -> Result<SettlementAccepted> {
-        SettlementAccepted e;
-        e.order_id = r.str();
-        e.amount = r.i64();
-        e.accepted_at_ms = r.i64();
-        if (version >= 2) e.customer = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<SettlementSucceeded>(
-      "SettlementSucceeded", 1, [](const SettlementSucceeded& e, ByteWriter& w) { w.str(e.authorization); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementSucceeded> {
-        SettlementSucceeded e;
-        e.authorization = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<SettlementDeclined>(
-      "SettlementDeclined", 1, [](const SettlementDeclined& e, ByteWriter& w) { w.str(e.reason); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementDeclined> {
-        SettlementDeclined e;
-        e.reason = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<SettlementFailed>(
-      "SettlementFailed", 1, [](const SettlementFailed& e, ByteWriter& w) { w.str(e.reason); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementFailed> {
-        SettlementFailed e;
-        e.reason = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<SettlementTimedOut>(
-      "SettlementTimedOut", 1, [](const SettlementTimedOut& e, ByteWriter& w) { w.i64(e.timeout_ms); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementTimedOut> {
-        SettlementTimedOut e;
-        e.timeout_ms = r.i64();
-        return r.finish(std::move(e));
-      });
-  c.add<PaymentCreated>(
-      "PaymentCreated", 1,
-      [](const PaymentCreated& e, ByteWriter& w) { w.str(e.customer).str(e.order_id).i64(e.amount); },
-      [](std::uint32_t, ByteReader& r) -> Result<PaymentCreated> {
-        PaymentCreated e;
-        e.customer = r.str();
-        e.order_id = r.str();
-        e.amount = r.i64();
-        return r.finish(std::move(e));
-      });
-  c.add<PaymentCancelled>(
-      "PaymentCancelled", 1, [](const PaymentCancelled& e, ByteWriter& w) { w.i64(e.refunded); },
-      [](std::uint32_t, ByteReader& r) -> Result<PaymentCancelled> {
-        PaymentCancelled e;
-        e.refunded = r.i64();
-        return r.finish(std::move(e));
-      });
+  troupe::add_protobuf<PaymentCreated>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementAccepted>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementSucceeded>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementDeclined>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementFailed>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementTimedOut>(c, to_message, from_message);
+  troupe::add_protobuf<PaymentCancelled>(c, to_message, from_message);
+  troupe::add_protobuf<LegacyRefundStep>(c, to_message, from_message);  // read, never written
+
+  // Journals written before: each ByteWriter row is read straight into
+  // today's message (a braced list reads its fields in order). Version 2 of
+  // SettlementAccepted added the customer; version 1 rows have none.
+  upcast_bytes<PaymentCreated>(c, "PaymentCreated", 1, [](ByteReader& r) {
+    return PaymentCreated{r.str(), r.str(), r.i64()};
+  });
+  upcast_bytes<SettlementAccepted>(c, "SettlementAccepted", 1, [](ByteReader& r) {
+    return SettlementAccepted{r.str(), r.i64(), r.i64(), ""};
+  });
+  upcast_bytes<SettlementAccepted>(c, "SettlementAccepted", 2, [](ByteReader& r) {
+    return SettlementAccepted{r.str(), r.i64(), r.i64(), r.str()};
+  });
+  upcast_bytes<SettlementSucceeded>(c, "SettlementSucceeded", 1,
+                                    [](ByteReader& r) { return SettlementSucceeded{r.str()}; });
+  upcast_bytes<SettlementDeclined>(c, "SettlementDeclined", 1,
+                                   [](ByteReader& r) { return SettlementDeclined{r.str()}; });
+  upcast_bytes<SettlementFailed>(c, "SettlementFailed", 1,
+                                 [](ByteReader& r) { return SettlementFailed{r.str()}; });
+  upcast_bytes<SettlementTimedOut>(c, "SettlementTimedOut", 1,
+                                   [](ByteReader& r) { return SettlementTimedOut{r.i64()}; });
+  upcast_bytes<PaymentCancelled>(c, "PaymentCancelled", 1,
+                                 [](ByteReader& r) { return PaymentCancelled{r.i64()}; });
+  // The refund queue's events of the builds before the outbox.
+  upcast_bytes<LegacyRefundStep>(c, "RefundQueued", 1, [](ByteReader& r) {
+    return LegacyRefundStep{"queued as job " + std::to_string(r.u64())};
+  });
+  upcast_bytes<LegacyRefundStep>(c, "RefundNotQueued", 1,
+                                 [](ByteReader& r) { return LegacyRefundStep{"not queued: " + r.str()}; });
+  upcast_bytes<LegacyRefundStep>(c, "RefundRetried", 1,
+                                 [](ByteReader&) { return LegacyRefundStep{"retried"}; });
   return c;
 }
 

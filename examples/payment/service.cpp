@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <utility>
 
+#include "payment_wire.pb.h"
+#include "troupe/protobuf/messages.hpp"
+
 namespace payment {
 
 namespace {
@@ -61,74 +64,84 @@ class HttpGateway final : public troupe::Actor<GatewayMsg> {
 };
 
 // --- the payment's commands on the wire (a cluster routes them to the owner) -----
+// As the messages of payment_wire.proto.
 
-void write_status(const PaymentStatus& st, troupe::ByteWriter& w) {
+pb::PaymentStatus status_to_pb(const PaymentStatus& st) {
   const auto& s = st.state;
-  w.u64(static_cast<std::uint64_t>(s.phase)).u64(static_cast<std::uint64_t>(s.failure));
-  w.str(s.customer).str(s.order_id).i64(s.amount).i64(s.accepted_at_ms).str(s.detail).i64(s.refunded);
-  w.u64(st.events);
+  pb::PaymentStatus m;
+  m.set_phase(static_cast<pb::Phase>(s.phase));
+  m.set_failure(static_cast<pb::Failure>(s.failure));
+  m.set_customer(s.customer);
+  m.set_order_id(s.order_id);
+  m.set_amount(s.amount);
+  m.set_accepted_at_ms(s.accepted_at_ms);
+  m.set_detail(s.detail);
+  m.set_refunded(s.refunded);
+  m.set_events(st.events);
+  return m;
 }
 
-Result<PaymentStatus> read_status(troupe::ByteReader& r) {
+Result<PaymentStatus> status_from_pb(const pb::PaymentStatus& m) {
+  if (m.phase() < 0 || m.phase() > static_cast<int>(Phase::cancelled) || m.failure() < 0 ||
+      m.failure() > static_cast<int>(Failure::gateway_error))
+    return Error(ErrorCode::protocol_error, "payment status: unknown phase or failure");
   PaymentStatus st;
   auto& s = st.state;
-  auto phase = r.u64();
-  auto failure = r.u64();
-  s.customer = r.str();
-  s.order_id = r.str();
-  s.amount = r.i64();
-  s.accepted_at_ms = r.i64();
-  s.detail = r.str();
-  s.refunded = r.i64();
-  st.events = r.u64();
-  if (phase > static_cast<std::uint64_t>(Phase::cancelled) || failure > static_cast<std::uint64_t>(Failure::gateway_error))
-    return Error(ErrorCode::protocol_error, "payment status: unknown phase or failure");
-  s.phase = static_cast<Phase>(phase);
-  s.failure = static_cast<Failure>(failure);
-  return r.finish(std::move(st));
+  s.phase = static_cast<Phase>(m.phase());
+  s.failure = static_cast<Failure>(m.failure());
+  s.customer = m.customer();
+  s.order_id = m.order_id();
+  s.amount = m.amount();
+  s.accepted_at_ms = m.accepted_at_ms();
+  s.detail = m.detail();
+  s.refunded = m.refunded();
+  st.events = m.events();
+  return st;
 }
+
+pb::Create create_to_pb(const Create& c) {
+  pb::Create m;
+  m.set_customer(c.customer);
+  m.set_order_id(c.order_id);
+  m.set_amount(c.amount);
+  return m;
+}
+Create create_from_pb(const pb::Create& m) { return Create{m.customer(), m.order_id(), m.amount(), {}}; }
+
+pb::Settle settle_to_pb(const Settle& c) {
+  pb::Settle m;
+  m.set_order_id(c.order_id);
+  m.set_amount(c.amount);
+  m.set_customer(c.customer);
+  return m;
+}
+Settle settle_from_pb(const pb::Settle& m) { return Settle{m.order_id(), m.amount(), {}, m.customer()}; }
 
 // The commands' wire codecs; an error if a registration is refused (an
 // empty or colliding message name), which start() reports.
 Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
-  using troupe::ByteReader;
-  using troupe::ByteWriter;
   troupe::cluster::MessageCodecs<Command> c;
   // A repeat of these is answered with the stored outcome and stores
   // nothing (payment.hpp: a retried Settle never settles twice, a second
   // Cancel sends no second refund), so a shard region may send them again
   // to a new owner when theirs dies while they are out (SPEC C1).
   const troupe::cluster::MessageOptions kIdempotent{.idempotent = true};
-  Result<void> added = c.add<Create>(
-      "payment.Create", [](const Create& m, ByteWriter& w) { w.str(m.customer).str(m.order_id).i64(m.amount); },
-      [](ByteReader& r) -> Result<Create> {
-        Create m;
-        m.customer = r.str();
-        m.order_id = r.str();
-        m.amount = r.i64();
-        return r.finish(std::move(m));
-      },
-      write_status, read_status, kIdempotent);
-  if (!added.ok()) return std::move(added).error();
-  added = c.add<Settle>(
-      "payment.Settle", [](const Settle& m, ByteWriter& w) { w.str(m.order_id).i64(m.amount).str(m.customer); },
-      [](ByteReader& r) -> Result<Settle> {
-        Settle m;
-        m.order_id = r.str();
-        m.amount = r.i64();
-        m.customer = r.str();
-        return r.finish(std::move(m));
-      },
-      write_status, read_status, kIdempotent);
-  if (!added.ok()) return std::move(added).error();
-  added = c.add<Cancel>(
-      "payment.Cancel", [](const Cancel&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(Cancel{}); },
-      write_status, read_status, kIdempotent);
-  if (!added.ok()) return std::move(added).error();
-  added = c.add<GetStatus>(
-      "payment.GetStatus", [](const GetStatus&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(GetStatus{}); },
-      write_status, read_status, kIdempotent);
-  if (!added.ok()) return std::move(added).error();
+  auto cancel_to_pb = [](const Cancel&) { return pb::Cancel(); };
+  auto get_to_pb = [](const GetStatus&) { return pb::GetStatus(); };
+  for (Result<void> added : {
+           troupe::add_protobuf<Create>(c, create_to_pb, create_from_pb, status_to_pb, status_from_pb,
+                                        kIdempotent),
+           troupe::add_protobuf<Settle>(c, settle_to_pb, settle_from_pb, status_to_pb, status_from_pb,
+                                        kIdempotent),
+           troupe::add_protobuf<Cancel>(
+               c, cancel_to_pb, [](const pb::Cancel&) { return Cancel{}; }, status_to_pb, status_from_pb,
+               kIdempotent),
+           troupe::add_protobuf<GetStatus>(
+               c, get_to_pb, [](const pb::GetStatus&) { return GetStatus{}; }, status_to_pb, status_from_pb,
+               kIdempotent),
+       }) {
+    if (!added.ok()) return std::move(added).error();
+  }
   return c;
 }
 
