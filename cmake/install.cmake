@@ -14,7 +14,7 @@ include(CMakePackageConfigHelpers)
 # The installed libraries: troupe_<name>, exported as troupe::<name> (the
 # name the tree uses through its aliases). A new library is one word here
 # and one troupe_pkg_config() line below.
-set(TROUPE_INSTALLED_LIBRARIES core net persist patterns cluster node)
+set(TROUPE_INSTALLED_LIBRARIES core net persist patterns cluster node protobuf)
 set(TROUPE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/troupe)
 
 foreach(name IN LISTS TROUPE_INSTALLED_LIBRARIES)
@@ -47,6 +47,11 @@ if(BUILD_SHARED_LIBS)
   set_target_properties(troupectl PROPERTIES INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
 endif()
 install(TARGETS troupectl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The option a user's .proto imports (`import "troupe/protobuf/options.proto"`,
+# protoc -I <prefix>/include); its generated header is in troupe::protobuf's
+# header set.
+install(FILES ${PROJECT_SOURCE_DIR}/include/troupe/protobuf/options.proto
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/troupe/protobuf)
 
 install(EXPORT troupeTargets NAMESPACE troupe:: DESTINATION ${TROUPE_CMAKE_DIR})
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/troupeConfig.cmake.in
@@ -106,6 +111,7 @@ troupe_pkg_config(persist REQUIRES troupe-core PRIVATE sqlite3 libpq)
 troupe_pkg_config(patterns REQUIRES troupe-core troupe-persist)
 troupe_pkg_config(cluster REQUIRES troupe-core troupe-persist troupe-patterns PRIVATE troupe-net hiredis)
 troupe_pkg_config(node REQUIRES troupe-net troupe-cluster nlohmann_json tomlplusplus)
+troupe_pkg_config(protobuf REQUIRES troupe-persist protobuf)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/troupe.pc.in ${PROJECT_BINARY_DIR}/pkgconfig/troupe.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/troupe.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
@@ -122,6 +128,8 @@ set(TROUPE_DEB_DEPENDS
     nlohmann-json3-dev
     libtomlplusplus-dev
     libboost-dev
+    libprotobuf-dev
+    protobuf-compiler
     pkg-config)
 list(JOIN TROUPE_DEB_DEPENDS ", " CPACK_DEBIAN_PACKAGE_DEPENDS)
 set(CPACK_PACKAGE_NAME libtroupe-dev)
