@@ -39,9 +39,9 @@ class Checkout final : public troupe::Actor<CheckoutMsg> {
       payments_[i].amount = amount(rng);
       payments_[i].cancel = cancel(rng);
     }
-    // Long enough that the entity's own deadline always answers first: the
-    // settlement's, or the refund queue's for a Cancel.
-    ask_timeout_ = std::max<troupe::Duration>(std::chrono::milliseconds(o.timeout_ms), payment::kRefundQueueTimeout) + 10s;
+    // Long enough that the entity's own deadline always answers first (a
+    // Cancel waits at most for a settlement in progress).
+    ask_timeout_ = std::chrono::milliseconds(o.timeout_ms) + 10s;
   }
 
   void receive(CheckoutMsg& m) {

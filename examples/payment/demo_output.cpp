@@ -72,15 +72,10 @@ std::uint64_t expected_events(const payment::PaymentState& s) {
     case Phase::failed:
       return 2;  // SettlementAccepted + the outcome
     case Phase::cancelled:
-      // A completed payment cancelled: its settlement's two, PaymentCancelled,
-      // then per try to queue the refund what the queue said (RefundQueued or
-      // RefundNotQueued), each try after the first opened by RefundRetried.
-      // (A second try happens when the service dies while the refund is being
-      // queued: the recovered payment waits out its deadline, RefundNotQueued,
-      // and the client's Cancel then queues it again.)
-      // One never settled: PaymentCancelled alone.
-      if (s.refunded == 0) return 1;
-      return 2 + 1 + (s.refund_attempt - 1) + (s.refund_attempt - (s.refunding() ? 1 : 0));
+      // A completed payment cancelled: its settlement's two and
+      // PaymentCancelled (its refund is in the outbox, not in the log). One
+      // never settled: PaymentCancelled alone.
+      return s.refunded == 0 ? 1 : 3;
     case Phase::waiting_for_request:
     case Phase::settling:
       break;

@@ -20,10 +20,26 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import urllib.error
 import urllib.request
 
 failures = []
+
+
+def run_test(test, work, *servers):
+    """Runs test(work, procs, *servers); whatever it started (the Procs it
+    put in procs) is killed when it ends, pass or fail. A test that raises
+    is a failure, and the next one still runs."""
+    procs = []
+    try:
+        test(work, procs, *servers)
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        check(False, f"{test.__name__} raised {type(e).__name__}: {e}")
+    finally:
+        for p in procs:
+            p.stop(signal.SIGKILL)
 
 
 def check(cond, what):

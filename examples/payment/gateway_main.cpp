@@ -11,6 +11,7 @@
 //   POST /settle  {"payment_id","order_id","amount"}  200 {"approved":true,"code":"AUTH-1A2B3C4D"}
 //                                                     200 {"approved":false,"code":"declined by issuer"}
 //   POST /refund  {"payment_id","amount"}             200 {"refunded":true,"code":"RF-1A2B3C4D"}
+//                 header Idempotency-Key (optional)
 //   GET  /health                                      200 {"status":"ok"}
 //   GET  /stats                                       200 the counters
 //   GET  /refunds                                     200 {"refunds":{"<payment_id>":count,...}}
@@ -18,11 +19,22 @@
 // above 0) gets 400 with a reason. A 503 carries {"error":{"code":
 // "gateway_error",...}}.
 //
+// Idempotency: a refund may carry an Idempotency-Key header (the payment
+// service sends its outbox record's key). The first request with a key that
+// the gateway decides to pay records the key; a later request with the same
+// key refunds nothing and gets the first answer (200, the same body) once
+// that was sent, 409 "in_progress" while it is still on its way, and 422
+// "idempotency_key_reused" if its payment id or amount differ. A request
+// answered 503 or held (hung) records nothing: it refunded nothing, and the
+// next try with its key is a fresh one.
+//
 // Refunds are also counted per payment id: a refund counts when its 200 is
-// sent (one answered 503 or held never does), so /refunds says exactly
-// which payments were paid back and how often. /stats has `refunds` (200
+// sent (one answered 503 or held never does; a repeat of a key answered
+// from the first answer neither), so /refunds says exactly which payments
+// were paid back and how often. /stats has `refunds` (200
 // answers), `refunds_distinct` (payment ids refunded at least once) and
-// `refunded_twice` (ids refunded more than once), so a client can compare
+// `refunded_twice` (ids refunded more than once), `refunds_repeated`
+// (requests answered from an earlier one's key), so a client can compare
 // what it asked for with what the gateway did. Approved settlements are
 // counted the same way: `settled_distinct` and `settled_twice` (payments
 // whose settlement was approved more than once).
@@ -78,7 +90,7 @@ struct Options {
 };
 
 struct Counters {
-  std::atomic<std::uint64_t> requests{0}, approved{0}, declined{0}, errors{0}, hung{0}, refunds{0};
+  std::atomic<std::uint64_t> requests{0}, approved{0}, declined{0}, errors{0}, hung{0}, refunds{0}, refunds_repeated{0};
   std::atomic<std::uint64_t> bad_requests{0}, in_flight{0};
 };
 
@@ -129,6 +141,7 @@ class Gateway {
     j["refunds"] = v(c_.refunds);
     j["refunds_distinct"] = refunded_.size();
     j["refunded_twice"] = refunded_twice_;
+    j["refunds_repeated"] = v(c_.refunds_repeated);
     j["settled_distinct"] = settled_.size();
     j["settled_twice"] = settled_twice_;
     return j;
@@ -184,14 +197,51 @@ class Gateway {
     const auto body = parse(req, out, false);
     if (!body) return;
     c_.requests.fetch_add(1, std::memory_order_relaxed);
+    const std::string key(req.header("Idempotency-Key"));
+    const std::string payment_id = body->at("payment_id").get<std::string>();
+    const std::int64_t amount = body->at("amount").get<std::int64_t>();
+    if (!key.empty() && repeated(key, payment_id, amount, out)) return;
     // A refund is never declined; latency, errors and hangs are as for a
     // settlement.
     const auto [fate, delay, declined, code] = draw("RF-");
     (void)declined;
     if (fate == Fate::hang) return hold(std::move(out));
     if (fate == Fate::fail) return later(std::move(out), delay, gateway_error(), &c_.errors);
-    later(std::move(out), delay, Response::json(200, json{{"refunded", true}, {"code", code}}.dump()),
-          &c_.refunds, body->at("payment_id").get<std::string>(), Book::refunded);
+    std::string answer = json{{"refunded", true}, {"code", code}}.dump();
+    if (!key.empty()) {
+      std::lock_guard lk(refunds_mu_);
+      // Another request with this key may have been drawn meanwhile: the
+      // first to get here pays; this one is its repeat.
+      if (!keyed_.try_emplace(key, KeyedRefund{payment_id, amount, false, answer}).second) {
+        c_.refunds_repeated.fetch_add(1, std::memory_order_relaxed);
+        return out.respond(in_progress(key));
+      }
+    }
+    later(std::move(out), delay, Response::json(200, std::move(answer)), &c_.refunds, payment_id, Book::refunded, key);
+  }
+
+  // A refund whose key the gateway has seen: answered here (true), from
+  // the first request's outcome; false for a key it has not.
+  bool repeated(const std::string& key, const std::string& payment_id, std::int64_t amount, Responder& out) {
+    std::unique_lock lk(refunds_mu_);
+    auto it = keyed_.find(key);
+    if (it == keyed_.end()) return false;
+    const KeyedRefund k = it->second;
+    lk.unlock();
+    if (k.payment_id != payment_id || k.amount != amount) {
+      c_.bad_requests.fetch_add(1, std::memory_order_relaxed);
+      out.respond(Response::error(422, "idempotency_key_reused",
+                                  "Idempotency-Key '" + key + "' was used for payment '" + k.payment_id +
+                                      "' amount " + std::to_string(k.amount)));
+      return true;
+    }
+    c_.refunds_repeated.fetch_add(1, std::memory_order_relaxed);
+    out.respond(k.answered ? Response::json(200, k.answer) : in_progress(key));
+    return true;
+  }
+
+  static Response in_progress(const std::string& key) {
+    return Response::error(409, "in_progress", "the refund with Idempotency-Key '" + key + "' is on its way");
   }
 
   static Response gateway_error() {
@@ -239,13 +289,13 @@ class Gateway {
   enum class Book { none, settled, refunded };
 
   void later(Responder out, std::chrono::microseconds delay, Response r, std::atomic<std::uint64_t>* counter,
-             std::string payment_id = {}, Book book = Book::none) {
-    auto answer = [this, out = std::move(out), r = std::move(r), counter, payment_id = std::move(payment_id),
-                   book]() mutable {
+             std::string payment_id = {}, Book book = Book::none, std::string key = {}) {
+    auto answer = [this, out = std::move(out), r = std::move(r), counter, payment_id = std::move(payment_id), book,
+                   key = std::move(key)]() mutable {
       if (book == Book::none)
         counter->fetch_add(1, std::memory_order_relaxed);
       else
-        count_for(payment_id, *counter, book);
+        count_for(payment_id, *counter, book, key);
       out.respond(std::move(r));
     };
     if (delay.count() == 0) return answer();
@@ -257,9 +307,13 @@ class Gateway {
     });
   }
 
-  void count_for(const std::string& payment_id, std::atomic<std::uint64_t>& total, Book book) {
+  // Counts an answer as it is sent; a keyed refund's repeats are answered
+  // from it from now on.
+  void count_for(const std::string& payment_id, std::atomic<std::uint64_t>& total, Book book,
+                 const std::string& key) {
     std::lock_guard lk(refunds_mu_);
     total.fetch_add(1, std::memory_order_relaxed);
+    if (!key.empty()) keyed_[key].answered = true;
     if (book == Book::refunded) {
       if (++refunded_[payment_id] == 2) ++refunded_twice_;
     } else if (++settled_[payment_id] == 2) {
@@ -278,6 +332,14 @@ class Gateway {
   mutable std::mutex refunds_mu_;
   std::unordered_map<std::string, std::uint64_t> refunded_;
   std::unordered_map<std::string, std::uint64_t> settled_;  // approved settlements per payment
+  // What the first paid request of each Idempotency-Key was.
+  struct KeyedRefund {
+    std::string payment_id;
+    std::int64_t amount = 0;
+    bool answered = false;  // its 200 was sent
+    std::string answer;     // that 200's body
+  };
+  std::unordered_map<std::string, KeyedRefund> keyed_;
   std::uint64_t refunded_twice_ = 0;
   std::uint64_t settled_twice_ = 0;
   asio::io_context timer_io_{1};

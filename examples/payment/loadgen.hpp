@@ -145,7 +145,7 @@ class LoadGen {
   void run();
 
   // With --gateway, after run(): looks the refunds asked up at the gateway.
-  // The service pays them from a job queue after answering the cancel, so
+  // The service pays them from its outbox after answering the cancel, so
   // this polls GET /stats every 0.5 s for up to --refund-settle-s; the
   // per-payment list (GET /refunds) is read once the gateway has refunded
   // as many payments as were asked (or when the wait runs out), and again

@@ -17,11 +17,12 @@
 // timed. Requests scheduled during --warmup-s are sent but not counted.
 //
 // Refunds: "refunds asked" counts the cancels the service answered with the
-// refund (Cancelled, refunded = the amount); the service then pays them back
-// through the gateway from a job queue. With --gateway the load generator
+// refund (Cancelled, refunded = the amount): the refund is then stored with
+// the cancel, and the service pays it back through the gateway from its
+// outbox, once per idempotency key. With --gateway the load generator
 // keeps those payment ids and, at the end, asks the gateway (payment_gateway:
 // GET /stats, GET /refunds) what became of them, waiting up to
-// --refund-settle-s for the queue to drain: "refunds at the gateway" (its
+// --refund-settle-s for the outbox to drain: "refunds at the gateway" (its
 // refunded payments, every client's), "refunds missing" (ids asked that
 // the gateway never refunded) and "refunded twice" (ids asked refunded more
 // than once). Without --gateway the refunds are not checked, and the
@@ -215,7 +216,7 @@ int main(int argc, char** argv) {
                  "several clients as long as their order ids differ (--id-prefix)");
   app.add_option("--refund-settle-s", o.refund_settle_s,
                  "With --gateway: seconds to wait at the end, polling every 0.5 s, until the gateway has "
-                 "every refund asked (the service pays them from a job queue after answering the cancel)")
+                 "every refund asked (the service pays them from its outbox after answering the cancel)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--json", o.json_out, "Print the summary as one JSON object");

@@ -83,7 +83,7 @@ int run(const Options& o) {
   gw.seed = o.seed + 1;
   auto gateway = outside.spawn<payment::SettlementGateway>(troupe::SpawnOptions{.name = "gateway"}, gw, gateway_counters);
 
-  auto refunds = outside.spawn<RefundOffice>(troupe::SpawnOptions{.name = "refunds"});
+  auto refunds = std::make_shared<RefundOffice>();
   auto service = PaymentService::start(o, db, gateway, refunds);
   auto progress = std::make_shared<Progress>();
   auto checkout = spawn_checkout(outside, o, progress);
@@ -149,14 +149,18 @@ int run(const Options& o) {
   auto q0 = Steady::now();
   std::vector<troupe::Future<PaymentStatus>> queries;
   queries.reserve(o.payments);
-  for (std::uint64_t i = 0; i < o.payments; ++i) {
+  auto id_of = [](std::uint64_t i) {
     char id[32];
     std::snprintf(id, sizeof id, "pay-%06llu", PL::ull(i + 1));
+    return std::string(id);
+  };
+  for (std::uint64_t i = 0; i < o.payments; ++i) {
     queries.push_back(service->registry().ask<PaymentStatus>(
-        id, [](troupe::ReplyTo<PaymentStatus> r) { return payment::GetStatus{std::move(r)}; }, 30s));
+        id_of(i), [](troupe::ReplyTo<PaymentStatus> r) { return payment::GetStatus{std::move(r)}; }, 30s));
   }
   std::uint64_t completed = 0, declined = 0, gateway_errors = 0, timed_out = 0, cancelled = 0, refunded = 0,
                 settling = 0, waiting = 0, unreadable = 0, mismatched = 0, bad_logs = 0, events = 0;
+  std::vector<std::string> refunded_ids;
   for (std::uint64_t i = 0; i < o.payments; ++i) {
     auto r = queries[i].get();
     if (!r.ok()) {
@@ -168,7 +172,13 @@ int run(const Options& o) {
     events += r->events;
     switch (s.phase) {
       case Phase::completed: ++completed; break;
-      case Phase::cancelled: ++cancelled, refunded += s.refunded > 0; break;
+      case Phase::cancelled:
+        ++cancelled;
+        if (s.refunded > 0) {
+          ++refunded;
+          refunded_ids.push_back(id_of(i));
+        }
+        break;
       case Phase::settling: ++settling; break;
       case Phase::waiting_for_request: ++waiting; break;
       case Phase::failed:
@@ -182,6 +192,21 @@ int run(const Options& o) {
     if (!told || told->state.phase != s.phase || told->state.failure != s.failure) ++mismatched;
   }
   double query_ms = ms_between(q0, Steady::now());
+  // The refunds are paid back after the cancels were answered: wait (a
+  // little) for the outbox to be empty, then check them payment by payment.
+  const auto r0 = Steady::now();
+  std::uint64_t refunds_left = service->refunds_pending();
+  while (refunds_left != 0 && Steady::now() - r0 < 30s) {
+    std::this_thread::sleep_for(50ms);
+    refunds_left = service->refunds_pending();
+  }
+  const auto paid = refunds->paid();
+  std::uint64_t refunds_missing = 0, refunded_twice = 0;
+  for (const auto& id : refunded_ids) {
+    auto it = paid.find(id);
+    if (it == paid.end()) ++refunds_missing;
+    else if (it->second > 1) ++refunded_twice;
+  }
   add(runtime, service->stop());
   service.reset();
   outside.shutdown();
@@ -224,6 +249,9 @@ int run(const Options& o) {
       fmt("no gateway answer within %llu ms (it hung %llu requests)", PL::ull(o.timeout_ms),
           PL::ull(gateway_counters->hung.load())));
   row("cancelled", cancelled, fmt("%llu of them refunded after completion", PL::ull(refunded)));
+  row("refunds paid back", paid.size(),
+      fmt("by the outbox, once per key: %llu missing, %llu paid twice, %llu repeats dropped", PL::ull(refunds_missing),
+          PL::ull(refunded_twice), PL::ull(refunds->repeated())));
   if (crash) row("recovered after the crash", report.recovered_in_settling, "in Settling, then timed out");
   row("journal events written", events,
       fmt("%.2f per payment, each log checked against its outcome", static_cast<double>(events) /
@@ -251,6 +279,9 @@ int run(const Options& o) {
     problems.push_back(fmt("the outcomes add up to %llu, not %llu", PL::ull(terminal), PL::ull(o.payments)));
   if (mismatched) problems.push_back(fmt("%llu final states differ from what the client was told", PL::ull(mismatched)));
   if (bad_logs) problems.push_back(fmt("%llu logs do not hold the events of their outcome", PL::ull(bad_logs)));
+  if (refunds_missing || refunded_twice || paid.size() != refunded)
+    problems.push_back(fmt("refunds: %llu of %llu not paid back, %llu paid twice, %zu paid in all", PL::ull(refunds_missing),
+                           PL::ull(refunded), PL::ull(refunded_twice), paid.size()));
   if (report.recovered_not_timed_out)
     problems.push_back(fmt("%llu payments recovered in Settling did not time out", PL::ull(report.recovered_not_timed_out)));
   if (runtime.missing_replies || runtime.handler_failures || runtime.recovery_failures || runtime.journal_failures)
@@ -259,7 +290,8 @@ int run(const Options& o) {
   std::printf("\n");
   if (problems.empty()) {
     std::printf("check: OK - all %llu payments ended in a terminal state (none stuck in Settling), the outcomes add\n"
-                "       up, and every outcome the client was told matches the journal\n",
+                "       up, every outcome the client was told matches the journal, and every refund was paid\n"
+                "       back once\n",
                 PL::ull(o.payments));
   } else {
     for (auto& p : problems) std::printf("check: FAILED - %s\n", p.c_str());

@@ -2,7 +2,7 @@
 // The payment entity: one payment, settled once through the settlement
 // gateway, event-sourced in a troupe journal.
 //
-//   WaitingForRequest --Settle--> Settling --approved--------> Completed --Cancel--> Cancelled (refund)
+//   WaitingForRequest --Settle--> Settling --approved--------> Completed --Cancel--> Cancelled (refunded)
 //          |                         |------declined / error--> Failed
 //          |                         `------deadline ---------> Failed (timed out)
 //          `--Cancel--> Cancelled
@@ -21,14 +21,17 @@
 // stashed and handled, in order, once the episode has ended.
 //
 // Cancel. In WaitingForRequest it cancels the payment. In Settling it waits
-// for the outcome. After Completed it is a refund: the payment moves to
-// Cancelled with the refunded amount and, in a second processing state
-// (Refunding), hands the refund to the durable refund queue; the cancel is
-// answered once the queue has accepted it (RefundQueued, with the job id),
-// or, if it could not (RefundNotQueued: queue refused, or no answer within
-// the deadline), with that failure, and the next Cancel tries again. A
-// Cancel meanwhile waits, so a double click queues one refund. After Failed
-// there is nothing to undo: the current status is the answer.
+// for the outcome. After Completed it is a refund: the payment stores
+// PaymentCancelled with the refunded amount, and that event calls for one
+// "refund" side effect (side_effects below), which the journal stores in the
+// same append, in its outbox. The cancel is answered once both are stored;
+// the service's outbox dispatcher then pays the refund back through the
+// gateway, retried until it succeeds, with the record's idempotency key so
+// the gateway pays it once (troupe/persist/outbox.hpp). A crash between the
+// two cannot lose it: the refund is in the journal before anyone is told.
+// A Cancel of a cancelled payment stores nothing and so sends nothing: the
+// current status is the answer, so a double click (or ten) refunds once.
+// After Failed there is nothing to undo either.
 //
 // Settle is idempotent per payment id: a retry with the same order and amount
 // gets the outcome (at once, or when the episode in progress ends); one with
@@ -47,11 +50,13 @@
 #include <string>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "gateway.hpp"
+#include "payment_events.pb.h"
 #include "troupe/core.hpp"
-
 #include "troupe/persist.hpp"
+#include "troupe/protobuf/codecs.hpp"
 
 namespace payment {
 
@@ -90,14 +95,7 @@ struct PaymentState {
   std::int64_t amount = 0;          // minor units (cents)
   std::int64_t accepted_at_ms = 0;  // wall clock, ms since the epoch
   std::string detail;               // authorisation code, or why it failed
-  std::int64_t refunded = 0;
-  std::uint64_t refund_job = 0;  // the refund queue's job id, once it accepted the refund
-  std::string refund_error;      // why the last try to queue the refund failed (empty: none failed)
-  std::uint32_t refund_attempt = 0;  // tries to queue it so far: an answer names the try it answers
-
-  // Cancelled after completion, and the refund not yet accepted by the queue
-  // nor failed: the Refunding processing state.
-  bool refunding() const { return phase == Phase::cancelled && refunded > 0 && refund_job == 0 && refund_error.empty(); }
+  std::int64_t refunded = 0;       // paid back on cancel (minor units); 0: nothing to pay back
 };
 
 // What every command that asks about a payment gets back. Value type.
@@ -137,30 +135,10 @@ struct GetStatus {
 struct GatewayAnswered {
   troupe::Result<GatewayReply> answer;
 };
-// Asks the refund queue (the service's refund desk actor) to take a refund;
-// answered with the job id once the durable queue has accepted it.
-struct QueueRefund {
-  std::string payment_id;
-  std::int64_t amount = 0;
-  troupe::ReplyTo<std::uint64_t> reply_to;
-};
-
-// The refund queue's answer (the job id), or why the refund was not queued,
-// to the try `attempt` (PaymentState::refund_attempt when it was asked).
-struct RefundAnswered {
-  std::uint32_t attempt = 0;
-  troupe::Result<std::uint64_t> job;
-};
-
-// How long Refunding waits for the refund queue. Above the cluster-wide
-// job service's route_timeout (10 s), so a refund re-routed while queue
-// shards move is answered within its episode, not after it (a late
-// acceptance would be queued again by the next Cancel).
-inline constexpr troupe::Duration kRefundQueueTimeout = std::chrono::seconds(15);
 // The payment is finished: free its memory (it recovers on the next command).
 struct Rest {};
 
-using Command = std::variant<Create, Settle, Cancel, GetStatus, GatewayAnswered, RefundAnswered, Rest>;
+using Command = std::variant<Create, Settle, Cancel, GetStatus, GatewayAnswered, Rest>;
 
 // --- events: each carries what recovery needs to rebuild the state --------------
 
@@ -188,19 +166,23 @@ struct SettlementTimedOut {  // stored by the runtime at the processing deadline
   std::int64_t timeout_ms = 0;
 };
 struct PaymentCancelled {
-  std::int64_t refunded = 0;  // 0 when cancelled before settling
+  std::int64_t refunded = 0;  // 0 when cancelled before settling; above 0 it calls for a refund
 };
-struct RefundQueued {  // the refund queue accepted the refund
-  std::uint64_t job = 0;
+
+// What builds before the outbox stored about handing a refund to their
+// refund queue (the rows RefundQueued, RefundNotQueued and RefundRetried):
+// read from old journals so that they still replay, never written, and
+// ignored by the state (such a refund was that queue's to pay).
+struct LegacyRefundStep {
+  std::string what;  // "queued as job 41", "not queued: <why>", "retried"
 };
-struct RefundNotQueued {  // it refused, or did not answer by the deadline
-  std::string reason;
-};
-struct RefundRetried {};  // a Cancel after RefundNotQueued: queue it again
 
 using Event = std::variant<SettlementAccepted, SettlementSucceeded, SettlementDeclined, SettlementFailed,
-                           SettlementTimedOut, PaymentCancelled, PaymentCreated, RefundQueued, RefundNotQueued,
-                           RefundRetried>;
+                           SettlementTimedOut, PaymentCancelled, PaymentCreated, LegacyRefundStep>;
+
+// The side effect a refund is: kind kRefundEffect, the amount in minor
+// units as decimal text; the payment is the record's entity id.
+inline constexpr const char* kRefundEffect = "refund";
 
 // --- the behaviour -------------------------------------------------------------------
 
@@ -215,9 +197,8 @@ class Payment {
   using Effect = troupe::Effect<Event, State>;
   using Context = troupe::EntityContext<Payment>;
 
-  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::ActorRef<QueueRefund> refunds,
-          troupe::Duration processing_timeout)
-      : gateway_(std::move(gateway)), refunds_(std::move(refunds)), processing_timeout_(processing_timeout) {}
+  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::Duration processing_timeout)
+      : gateway_(std::move(gateway)), processing_timeout_(processing_timeout) {}
 
   Effect on_command(const State& s, Command& c, Context& ctx) {
     return troupe::match(
@@ -225,7 +206,6 @@ class Payment {
         [&](Cancel& m) { return on_cancel(s, m, ctx); },
         [&](GetStatus& m) { return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()}); },
         [&](GatewayAnswered& m) { return on_gateway_answer(s, m, ctx); },
-        [&](RefundAnswered& m) { return on_refund_answer(s, m, ctx); },
         [&](Rest&) { return Effect::passivate(); });
   }
 
@@ -256,34 +236,27 @@ class Payment {
         [&](const PaymentCancelled& x) {
           s.phase = Phase::cancelled;
           s.refunded = x.refunded;
-          if (x.refunded > 0) s.refund_attempt = 1;
         },
-        [&](const RefundQueued& x) { s.refund_job = x.job; },
-        [&](const RefundNotQueued& x) { s.refund_error = x.reason.empty() ? "refund not queued" : x.reason; },
-        [&](const RefundRetried&) {
-          s.refund_error.clear();
-          ++s.refund_attempt;
-        });
+        [&](const LegacyRefundStep&) {});
   }
 
-  // Settling and Refunding are processing states. Settling's deadline stores
-  // SettlementTimedOut; Refunding's stores RefundNotQueued (the queue did not
-  // answer: a Cancel tries again).
+  // The refund a cancel after completion calls for, stored with the event
+  // in the journal's outbox and paid by the service's outbox dispatcher.
+  std::vector<troupe::SideEffect> side_effects(const Event& e) const {
+    const auto* c = std::get_if<PaymentCancelled>(&e);
+    if (c == nullptr || c->refunded <= 0) return {};
+    return {troupe::SideEffect{kRefundEffect, std::to_string(c->refunded)}};
+  }
+
+  // Settling is a processing state; its deadline stores SettlementTimedOut.
   std::optional<troupe::Processing<Event>> processing(const State& s) const {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(processing_timeout_).count();
     if (s.phase == Phase::settling) return troupe::Processing<Event>{processing_timeout_, SettlementTimedOut{ms}};
-    if (s.refunding()) {
-      const auto wait = refund_timeout();
-      const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wait).count();
-      return troupe::Processing<Event>{
-          wait, RefundNotQueued{"the refund queue did not answer within " + std::to_string(wait_ms) + " ms"}};
-    }
     return std::nullopt;
   }
 
-  // The deadline ended the episode (SettlementTimedOut or RefundNotQueued is
-  // stored): answer the client that waited for it, then rest like any
-  // finished payment.
+  // The deadline ended the episode (SettlementTimedOut is stored): answer
+  // the client that waited for it, then rest like any finished payment.
   void on_processing_timeout(const State& s, Context& ctx) {
     answer_client(s, ctx);
     ctx.tell_self(Rest{});
@@ -348,48 +321,15 @@ class Payment {
       case Phase::settling:
         return Effect::stash();  // what a cancel means depends on the outcome
       case Phase::completed:
-        // Answered when the refund queue has answered (see the file comment).
-        client_ = std::move(m.reply_to);
-        return Effect::persist(PaymentCancelled{s.amount}).then([this, &ctx](const State& st) {
-          queue_refund(st, ctx);
-        });
+        // The refund is stored with the event (side_effects): answered once both are.
+        return Effect::persist(PaymentCancelled{s.amount}).then_reply(m.reply_to, reply).then_passivate();
       case Phase::cancelled:
-        if (s.refunding()) return Effect::stash();  // the refund is being queued: wait for it
-        if (!s.refund_error.empty()) {              // the last try failed: try again
-          client_ = std::move(m.reply_to);
-          return Effect::persist(RefundRetried{}).then([this, &ctx](const State& st) { queue_refund(st, ctx); });
-        }
-        return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // nothing more to do
+        return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // done already: nothing more to send
       case Phase::failed:
         return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // nothing to undo
     }
     return Effect::none();
   }
-
-  Effect on_refund_answer(const State& s, RefundAnswered& m, Context& ctx) {
-    // An answer after the deadline: the episode has ended as not queued. (The
-    // queue may have taken it after all; a later Cancel queues it again, and
-    // the gateway may see the refund twice.)
-    // An answer to an earlier try (it came after that try's deadline, and a
-    // Cancel has asked again since): not this episode's.
-    if (!s.refunding() || m.attempt != s.refund_attempt) return Effect::none();
-    Effect e = m.job.ok() ? Effect::persist(RefundQueued{m.job.value()})
-                          : Effect::persist(RefundNotQueued{m.job.error().to_string()});
-    return std::move(e).then([this, &ctx](const State& st) { answer_client(st, ctx); }).then_passivate();
-  }
-
-  void queue_refund(const State& s, Context& ctx) {
-    if (!s.refunding()) {  // cancelled before settling: nothing to pay back
-      answer_client(s, ctx);
-      return;
-    }
-    ctx.ask<std::uint64_t>(
-        refunds_, [&](troupe::ReplyTo<std::uint64_t> r) { return QueueRefund{ctx.id(), s.refunded, std::move(r)}; },
-        refund_timeout() + std::chrono::seconds(1),
-        [attempt = s.refund_attempt](troupe::Result<std::uint64_t> r) { return RefundAnswered{attempt, std::move(r)}; });
-  }
-
-  troupe::Duration refund_timeout() const { return std::max(processing_timeout_, kRefundQueueTimeout); }
 
   Effect on_gateway_answer(const State& s, GatewayAnswered& m, Context& ctx) {
     // An answer after the deadline: the episode has already ended as timed
@@ -428,94 +368,135 @@ class Payment {
   }
 
   troupe::ActorRef<GatewayMsg> gateway_;
-  troupe::ActorRef<QueueRefund> refunds_;
   troupe::Duration processing_timeout_;
-  troupe::ReplyTo<PaymentStatus> client_;  // the Settle or Cancel waiting for this episode's outcome
+  troupe::ReplyTo<PaymentStatus> client_;  // the Settle waiting for this episode's outcome
 };
 
-// --- codecs: every event as bytes, and back ------------------------------------------
+// --- codecs: every event as its message in payment_events.proto ---------------------
+
+namespace codec {
+
+inline pb::PaymentCreated to_pb(const PaymentCreated& e) {
+  pb::PaymentCreated m;
+  m.set_customer(e.customer);
+  m.set_order_id(e.order_id);
+  m.set_amount(e.amount);
+  return m;
+}
+inline pb::SettlementAccepted to_pb(const SettlementAccepted& e) {
+  pb::SettlementAccepted m;
+  m.set_order_id(e.order_id);
+  m.set_amount(e.amount);
+  m.set_accepted_at_ms(e.accepted_at_ms);
+  m.set_customer(e.customer);
+  return m;
+}
+inline pb::SettlementSucceeded to_pb(const SettlementSucceeded& e) {
+  pb::SettlementSucceeded m;
+  m.set_authorization(e.authorization);
+  return m;
+}
+inline pb::SettlementDeclined to_pb(const SettlementDeclined& e) {
+  pb::SettlementDeclined m;
+  m.set_reason(e.reason);
+  return m;
+}
+inline pb::SettlementFailed to_pb(const SettlementFailed& e) {
+  pb::SettlementFailed m;
+  m.set_reason(e.reason);
+  return m;
+}
+inline pb::SettlementTimedOut to_pb(const SettlementTimedOut& e) {
+  pb::SettlementTimedOut m;
+  m.set_timeout_ms(e.timeout_ms);
+  return m;
+}
+inline pb::PaymentCancelled to_pb(const PaymentCancelled& e) {
+  pb::PaymentCancelled m;
+  m.set_refunded(e.refunded);
+  return m;
+}
+inline pb::LegacyRefundStep to_pb(const LegacyRefundStep& e) {
+  pb::LegacyRefundStep m;
+  m.set_what(e.what);
+  return m;
+}
+
+inline PaymentCreated from_pb(const pb::PaymentCreated& m) {
+  return {m.customer(), m.order_id(), m.amount()};
+}
+inline SettlementAccepted from_pb(const pb::SettlementAccepted& m) {
+  return {m.order_id(), m.amount(), m.accepted_at_ms(), m.customer()};
+}
+inline SettlementSucceeded from_pb(const pb::SettlementSucceeded& m) { return {m.authorization()}; }
+inline SettlementDeclined from_pb(const pb::SettlementDeclined& m) { return {m.reason()}; }
+inline SettlementFailed from_pb(const pb::SettlementFailed& m) { return {m.reason()}; }
+inline SettlementTimedOut from_pb(const pb::SettlementTimedOut& m) { return {m.timeout_ms()}; }
+inline PaymentCancelled from_pb(const pb::PaymentCancelled& m) { return {m.refunded()}; }
+inline LegacyRefundStep from_pb(const pb::LegacyRefundStep& m) { return {m.what()}; }
+
+inline constexpr auto to_message = [](const auto& e) { return to_pb(e); };
+inline constexpr auto from_message = [](const auto& m) { return from_pb(m); };
+
+// A row from before payment_events.proto: the ByteWriter layout of event E
+// under its bare name, read with `read` into today's message of E.
+template <class E, class Read>
+void upcast_bytes(troupe::EventCodecs<Event>& c, const char* name, std::uint32_t version, Read read) {
+  using Message = decltype(to_pb(std::declval<const E&>()));
+  troupe::upcast_from_bytes<Message>(c, name, version,
+                                     [read](troupe::ByteReader& r) -> troupe::Result<Message> {
+                                       E e = read(r);
+                                       return r.finish(to_pb(e));
+                                     });
+}
+
+}  // namespace codec
 
 inline troupe::EventCodecs<Event> payment_codecs() {
+  using codec::from_message;
+  using codec::to_message;
+  using codec::upcast_bytes;
   using troupe::ByteReader;
-  using troupe::ByteWriter;
-  using troupe::Result;
   troupe::EventCodecs<Event> c;
-  // Version 2 adds the customer; version 1 rows still read.
-  c.add<SettlementAccepted>(
-      "SettlementAccepted", 2,
-      [](const SettlementAccepted& e, ByteWriter& w) {
-        w.str(e.order_id).i64(e.amount).i64(e.accepted_at_ms).str(e.customer);
-      },
-      [](std::uint32_t version, ByteReader& r) -> Result<SettlementAccepted> {
-        SettlementAccepted e;
-        e.order_id = r.str();
-        e.amount = r.i64();
-        e.accepted_at_ms = r.i64();
-        if (version >= 2) e.customer = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<SettlementSucceeded>(
-      "SettlementSucceeded", 1, [](const SettlementSucceeded& e, ByteWriter& w) { w.str(e.authorization); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementSucceeded> {
-        SettlementSucceeded e;
-        e.authorization = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<SettlementDeclined>(
-      "SettlementDeclined", 1, [](const SettlementDeclined& e, ByteWriter& w) { w.str(e.reason); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementDeclined> {
-        SettlementDeclined e;
-        e.reason = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<SettlementFailed>(
-      "SettlementFailed", 1, [](const SettlementFailed& e, ByteWriter& w) { w.str(e.reason); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementFailed> {
-        SettlementFailed e;
-        e.reason = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<SettlementTimedOut>(
-      "SettlementTimedOut", 1, [](const SettlementTimedOut& e, ByteWriter& w) { w.i64(e.timeout_ms); },
-      [](std::uint32_t, ByteReader& r) -> Result<SettlementTimedOut> {
-        SettlementTimedOut e;
-        e.timeout_ms = r.i64();
-        return r.finish(std::move(e));
-      });
-  c.add<PaymentCreated>(
-      "PaymentCreated", 1,
-      [](const PaymentCreated& e, ByteWriter& w) { w.str(e.customer).str(e.order_id).i64(e.amount); },
-      [](std::uint32_t, ByteReader& r) -> Result<PaymentCreated> {
-        PaymentCreated e;
-        e.customer = r.str();
-        e.order_id = r.str();
-        e.amount = r.i64();
-        return r.finish(std::move(e));
-      });
-  c.add<PaymentCancelled>(
-      "PaymentCancelled", 1, [](const PaymentCancelled& e, ByteWriter& w) { w.i64(e.refunded); },
-      [](std::uint32_t, ByteReader& r) -> Result<PaymentCancelled> {
-        PaymentCancelled e;
-        e.refunded = r.i64();
-        return r.finish(std::move(e));
-      });
-  c.add<RefundQueued>(
-      "RefundQueued", 1, [](const RefundQueued& e, ByteWriter& w) { w.u64(e.job); },
-      [](std::uint32_t, ByteReader& r) -> Result<RefundQueued> {
-        RefundQueued e;
-        e.job = r.u64();
-        return r.finish(std::move(e));
-      });
-  c.add<RefundNotQueued>(
-      "RefundNotQueued", 1, [](const RefundNotQueued& e, ByteWriter& w) { w.str(e.reason); },
-      [](std::uint32_t, ByteReader& r) -> Result<RefundNotQueued> {
-        RefundNotQueued e;
-        e.reason = r.str();
-        return r.finish(std::move(e));
-      });
-  c.add<RefundRetried>(
-      "RefundRetried", 1, [](const RefundRetried&, ByteWriter&) {},
-      [](std::uint32_t, ByteReader& r) -> Result<RefundRetried> { return r.finish(RefundRetried{}); });
+  troupe::add_protobuf<PaymentCreated>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementAccepted>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementSucceeded>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementDeclined>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementFailed>(c, to_message, from_message);
+  troupe::add_protobuf<SettlementTimedOut>(c, to_message, from_message);
+  troupe::add_protobuf<PaymentCancelled>(c, to_message, from_message);
+  troupe::add_protobuf<LegacyRefundStep>(c, to_message, from_message);  // read, never written
+
+  // Journals written before: each ByteWriter row is read straight into
+  // today's message (a braced list reads its fields in order). Version 2 of
+  // SettlementAccepted added the customer; version 1 rows have none.
+  upcast_bytes<PaymentCreated>(c, "PaymentCreated", 1, [](ByteReader& r) {
+    return PaymentCreated{r.str(), r.str(), r.i64()};
+  });
+  upcast_bytes<SettlementAccepted>(c, "SettlementAccepted", 1, [](ByteReader& r) {
+    return SettlementAccepted{r.str(), r.i64(), r.i64(), ""};
+  });
+  upcast_bytes<SettlementAccepted>(c, "SettlementAccepted", 2, [](ByteReader& r) {
+    return SettlementAccepted{r.str(), r.i64(), r.i64(), r.str()};
+  });
+  upcast_bytes<SettlementSucceeded>(c, "SettlementSucceeded", 1,
+                                    [](ByteReader& r) { return SettlementSucceeded{r.str()}; });
+  upcast_bytes<SettlementDeclined>(c, "SettlementDeclined", 1,
+                                   [](ByteReader& r) { return SettlementDeclined{r.str()}; });
+  upcast_bytes<SettlementFailed>(c, "SettlementFailed", 1,
+                                 [](ByteReader& r) { return SettlementFailed{r.str()}; });
+  upcast_bytes<SettlementTimedOut>(c, "SettlementTimedOut", 1,
+                                   [](ByteReader& r) { return SettlementTimedOut{r.i64()}; });
+  upcast_bytes<PaymentCancelled>(c, "PaymentCancelled", 1,
+                                 [](ByteReader& r) { return PaymentCancelled{r.i64()}; });
+  // The refund queue's events of the builds before the outbox.
+  upcast_bytes<LegacyRefundStep>(c, "RefundQueued", 1, [](ByteReader& r) {
+    return LegacyRefundStep{"queued as job " + std::to_string(r.u64())};
+  });
+  upcast_bytes<LegacyRefundStep>(c, "RefundNotQueued", 1,
+                                 [](ByteReader& r) { return LegacyRefundStep{"not queued: " + r.str()}; });
+  upcast_bytes<LegacyRefundStep>(c, "RefundRetried", 1,
+                                 [](ByteReader&) { return LegacyRefundStep{"retried"}; });
   return c;
 }
 

@@ -1,11 +1,16 @@
 // The payment service: see service.hpp. This file wires it together: the
-// gateway client, the command codecs, the [payment] settings, the refund
-// desk, and start/stop; its HTTP routes are in service_routes.cpp.
+// gateway client, the command codecs, the [payment] settings, the refunds
+// (the outbox handler that pays them back), and start/stop; its HTTP routes
+// are in service_routes.cpp.
 
 #include "service_impl.hpp"
 
+#include <charconv>
 #include <cstdio>
 #include <utility>
+
+#include "payment_wire.pb.h"
+#include "troupe/protobuf/messages.hpp"
 
 namespace payment {
 
@@ -59,77 +64,84 @@ class HttpGateway final : public troupe::Actor<GatewayMsg> {
 };
 
 // --- the payment's commands on the wire (a cluster routes them to the owner) -----
+// As the messages of payment_wire.proto.
 
-void write_status(const PaymentStatus& st, troupe::ByteWriter& w) {
+pb::PaymentStatus status_to_pb(const PaymentStatus& st) {
   const auto& s = st.state;
-  w.u64(static_cast<std::uint64_t>(s.phase)).u64(static_cast<std::uint64_t>(s.failure));
-  w.str(s.customer).str(s.order_id).i64(s.amount).i64(s.accepted_at_ms).str(s.detail).i64(s.refunded);
-  w.u64(s.refund_job).str(s.refund_error).u64(st.events);
+  pb::PaymentStatus m;
+  m.set_phase(static_cast<pb::Phase>(s.phase));
+  m.set_failure(static_cast<pb::Failure>(s.failure));
+  m.set_customer(s.customer);
+  m.set_order_id(s.order_id);
+  m.set_amount(s.amount);
+  m.set_accepted_at_ms(s.accepted_at_ms);
+  m.set_detail(s.detail);
+  m.set_refunded(s.refunded);
+  m.set_events(st.events);
+  return m;
 }
 
-Result<PaymentStatus> read_status(troupe::ByteReader& r) {
+Result<PaymentStatus> status_from_pb(const pb::PaymentStatus& m) {
+  if (m.phase() < 0 || m.phase() > static_cast<int>(Phase::cancelled) || m.failure() < 0 ||
+      m.failure() > static_cast<int>(Failure::gateway_error))
+    return Error(ErrorCode::protocol_error, "payment status: unknown phase or failure");
   PaymentStatus st;
   auto& s = st.state;
-  auto phase = r.u64();
-  auto failure = r.u64();
-  s.customer = r.str();
-  s.order_id = r.str();
-  s.amount = r.i64();
-  s.accepted_at_ms = r.i64();
-  s.detail = r.str();
-  s.refunded = r.i64();
-  s.refund_job = r.u64();
-  s.refund_error = r.str();
-  st.events = r.u64();
-  if (phase > static_cast<std::uint64_t>(Phase::cancelled) || failure > static_cast<std::uint64_t>(Failure::gateway_error))
-    return Error(ErrorCode::protocol_error, "payment status: unknown phase or failure");
-  s.phase = static_cast<Phase>(phase);
-  s.failure = static_cast<Failure>(failure);
-  return r.finish(std::move(st));
+  s.phase = static_cast<Phase>(m.phase());
+  s.failure = static_cast<Failure>(m.failure());
+  s.customer = m.customer();
+  s.order_id = m.order_id();
+  s.amount = m.amount();
+  s.accepted_at_ms = m.accepted_at_ms();
+  s.detail = m.detail();
+  s.refunded = m.refunded();
+  st.events = m.events();
+  return st;
 }
+
+pb::Create create_to_pb(const Create& c) {
+  pb::Create m;
+  m.set_customer(c.customer);
+  m.set_order_id(c.order_id);
+  m.set_amount(c.amount);
+  return m;
+}
+Create create_from_pb(const pb::Create& m) { return Create{m.customer(), m.order_id(), m.amount(), {}}; }
+
+pb::Settle settle_to_pb(const Settle& c) {
+  pb::Settle m;
+  m.set_order_id(c.order_id);
+  m.set_amount(c.amount);
+  m.set_customer(c.customer);
+  return m;
+}
+Settle settle_from_pb(const pb::Settle& m) { return Settle{m.order_id(), m.amount(), {}, m.customer()}; }
 
 // The commands' wire codecs; an error if a registration is refused (an
 // empty or colliding message name), which start() reports.
 Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
-  using troupe::ByteReader;
-  using troupe::ByteWriter;
   troupe::cluster::MessageCodecs<Command> c;
   // A repeat of these is answered with the stored outcome and stores
-  // nothing (payment.hpp: a retried Settle never settles twice), so a shard
-  // region may send them again to a new owner when theirs dies while they
-  // are out (SPEC C1). Cancel is not: a second cancel after a refund that
-  // failed to queue tries the refund again.
+  // nothing (payment.hpp: a retried Settle never settles twice, a second
+  // Cancel sends no second refund), so a shard region may send them again
+  // to a new owner when theirs dies while they are out (SPEC C1).
   const troupe::cluster::MessageOptions kIdempotent{.idempotent = true};
-  Result<void> added = c.add<Create>(
-      "payment.Create", [](const Create& m, ByteWriter& w) { w.str(m.customer).str(m.order_id).i64(m.amount); },
-      [](ByteReader& r) -> Result<Create> {
-        Create m;
-        m.customer = r.str();
-        m.order_id = r.str();
-        m.amount = r.i64();
-        return r.finish(std::move(m));
-      },
-      write_status, read_status, kIdempotent);
-  if (!added.ok()) return std::move(added).error();
-  added = c.add<Settle>(
-      "payment.Settle", [](const Settle& m, ByteWriter& w) { w.str(m.order_id).i64(m.amount).str(m.customer); },
-      [](ByteReader& r) -> Result<Settle> {
-        Settle m;
-        m.order_id = r.str();
-        m.amount = r.i64();
-        m.customer = r.str();
-        return r.finish(std::move(m));
-      },
-      write_status, read_status, kIdempotent);
-  if (!added.ok()) return std::move(added).error();
-  added = c.add<Cancel>(
-      "payment.Cancel", [](const Cancel&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(Cancel{}); },
-      write_status, read_status);
-  if (!added.ok()) return std::move(added).error();
-  added = c.add<GetStatus>(
-      "payment.GetStatus", [](const GetStatus&, ByteWriter&) {}, [](ByteReader& r) { return r.finish(GetStatus{}); },
-      write_status, read_status, kIdempotent);
-  if (!added.ok()) return std::move(added).error();
+  auto cancel_to_pb = [](const Cancel&) { return pb::Cancel(); };
+  auto get_to_pb = [](const GetStatus&) { return pb::GetStatus(); };
+  for (Result<void> added : {
+           troupe::add_protobuf<Create>(c, create_to_pb, create_from_pb, status_to_pb, status_from_pb,
+                                        kIdempotent),
+           troupe::add_protobuf<Settle>(c, settle_to_pb, settle_from_pb, status_to_pb, status_from_pb,
+                                        kIdempotent),
+           troupe::add_protobuf<Cancel>(
+               c, cancel_to_pb, [](const pb::Cancel&) { return Cancel{}; }, status_to_pb, status_from_pb,
+               kIdempotent),
+           troupe::add_protobuf<GetStatus>(
+               c, get_to_pb, [](const pb::GetStatus&) { return GetStatus{}; }, status_to_pb, status_from_pb,
+               kIdempotent),
+       }) {
+    if (!added.ok()) return std::move(added).error();
+  }
   return c;
 }
 
@@ -170,6 +182,8 @@ Result<ServiceSettings> ServiceSettings::from(const troupe::node::NodeConfig& co
   s.lock_wait = *lw;
   PAY_READ(rw, r.integer("refund_workers", static_cast<std::int64_t>(s.refund_workers), 1, 1024));
   s.refund_workers = static_cast<std::size_t>(*rw);
+  PAY_READ(rt, r.millis("refund_timeout_ms", s.refund_timeout, 1ms, std::chrono::milliseconds(600'000)));
+  s.refund_timeout = *rt;
   PAY_READ(io, r.integer("io_threads", s.io_threads, 1, 64));
   s.io_threads = static_cast<int>(*io);
 #undef PAY_READ
@@ -177,31 +191,61 @@ Result<ServiceSettings> ServiceSettings::from(const troupe::node::NodeConfig& co
   return s;
 }
 
-// --- the refund desk: where a payment hands its refund to the durable queue ---------------
+// --- refunds: the outbox records of cancelled payments, paid back -------------------------
 
-// Takes a payment's QueueRefund, enqueues the refund job (priority by
-// amount) and answers with its id once the queue has accepted it (journaled),
-// or with why not. Stateless apart from its handles; one per node.
-class RefundDesk final : public troupe::Actor<QueueRefund> {
- public:
-  RefundDesk(troupe::JobService jobs, std::shared_ptr<troupe::node::Counter> outcomes)
-      : jobs_(std::move(jobs)), outcomes_(std::move(outcomes)) {}
+namespace {
 
-  void receive(QueueRefund& m) {
-    // Large refunds first: the customer waits for more money.
-    int priority = m.amount >= 100'000 ? 10 : m.amount >= 10'000 ? 5 : 1;
-    jobs_.enqueue(troupe::Job{"refund", json{{"payment_id", m.payment_id}, {"amount", m.amount}}.dump()}, priority)
-        .then([rt = std::move(m.reply_to), outcomes = outcomes_](Result<troupe::JobId> id) mutable {
-          if (!id.ok()) return rt.fail(std::move(id).error());
-          outcomes->add({"refund_queued"});
-          rt.reply(id.value());
-        });
+// The record's key as an HTTP header value: bytes outside visible ASCII,
+// and '%', as %XX. The same key always gives the same value.
+std::string header_value(const std::string& key) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : key) {
+    if (c > 0x20 && c < 0x7f && c != '%') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
   }
+  return out;
+}
 
- private:
-  troupe::JobService jobs_;
-  std::shared_ptr<troupe::node::Counter> outcomes_;
-};
+// Pays one refund back (payment.hpp: a PaymentCancelled's side effect):
+// POST /refund to the gateway with the record's key as Idempotency-Key, so
+// a try that runs again (a lost answer, a crash, another node's retry)
+// refunds nothing more. Done on 200; anything else is a failed try.
+troupe::OutboxHandler refund_handler(std::shared_ptr<http::Client> client, troupe::Duration timeout) {
+  return [client = std::move(client), timeout](const troupe::OutboxEntry& e) {
+    auto done = std::make_shared<troupe::Promise<void>>();
+    auto f = done->future();
+    const std::string& text = e.record.payload;
+    std::int64_t amount = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), amount);
+    if (ec != std::errc() || end != text.data() + text.size() || amount <= 0) {
+      done->set_error(Error(ErrorCode::invalid_argument, "refund record '" + e.record.key + "': amount '" + text +
+                                                              "' is not a positive number"));
+      return f;
+    }
+    http::ClientRequest req;
+    req.method = "POST";
+    req.target = "/refund";
+    req.content_type = "application/json";
+    req.body = json{{"payment_id", e.entity_id()}, {"amount", amount}}.dump();
+    req.headers.emplace_back("Idempotency-Key", header_value(e.record.key));
+    req.timeout = timeout;
+    client->request(std::move(req), [done](Result<http::Response> resp) {
+      if (!resp.ok()) return done->set_error(Error(resp.error().code(), "gateway: " + resp.error().message()));
+      if (resp->status == 200) return done->set_value();
+      done->set_error(Error(ErrorCode::unreachable, "gateway answered HTTP " + std::to_string(resp->status) + ": " +
+                                                        resp->body.substr(0, 200)));
+    });
+    return f;
+  };
+}
+
+}  // namespace
 
 // --- the service ------------------------------------------------------------------------
 
@@ -237,38 +281,19 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
   // entity's deadline (stored, recoverable) is what ends a hung request.
   impl->gateway = node.system().spawn<HttpGateway>(impl->gateway_client, settings.processing_timeout + 1s);
 
-  troupe::JobSettings js;
-  js.name = "refunds";
-  js.workers = settings.refund_workers;
-  js.max_attempts = 5;
-  js.default_timeout = 10s;
-  js.watchdog_limit = 30s;
-  js.log = false;
-  auto refund_client = impl->gateway_client;
-  // Durable (accepted refunds survive a crash, J6) on the node's journal;
-  // in a cluster the queue is sharded over the nodes (jobs.shard_count).
-  auto jobs = node.start_jobs(
-      js,
-      [](const troupe::Job& j) -> std::optional<troupe::JobWorkerCall> {
-        if (j.kind == "refund") return troupe::JobWorkerCall{"gateway", j.payload};
-        return std::nullopt;
-      },
-      {{"gateway", [refund_client](troupe::JobRun run) {
-          http::ClientRequest req;
-          req.method = "POST";
-          req.target = "/refund";
-          req.content_type = "application/json";
-          req.body = run.detail();
-          refund_client->request(std::move(req), [run](Result<http::Response> resp) {
-            if (!resp.ok()) return (void)run.fail(resp.error().message());
-            if (resp->status != 200) return (void)run.fail("gateway answered HTTP " + std::to_string(resp->status));
-            run.succeed(resp->body);
-          });
-        }}});
-  if (!jobs.ok()) return Error(jobs.error().code(), "the refund queue: " + jobs.error().message());
-  impl->refunds = *jobs;
-  impl->refund_desk = node.system().spawn<RefundDesk>(troupe::SpawnOptions{.name = "refund-desk"}, *jobs, impl->outcomes);
-  if (!impl->refund_desk) return Error(ErrorCode::shutting_down, "the actor system is shutting down");
+  // Refunds are the outbox records the payments store with PaymentCancelled:
+  // this node's dispatcher pays them back (in a cluster, every node's
+  // dispatcher takes its share of the shared journal's records), retried
+  // with back-off until the gateway has said 200.
+  troupe::OutboxSettings os;
+  os.max_in_flight = settings.refund_workers;
+  os.attempt_timeout = settings.refund_timeout;
+  os.lease = settings.refund_timeout + 5s;
+  os.max_backoff = 30s;
+  os.max_attempts = 50;  // about 20 minutes of a gateway that keeps failing
+  auto outbox = node.start_outbox({{kRefundEffect, refund_handler(impl->gateway_client, settings.refund_timeout)}}, os);
+  if (!outbox.ok()) return Error(outbox.error().code(), "the refunds' outbox: " + outbox.error().message());
+  impl->refunds = *outbox;
 
   troupe::node::EntityTypeOptions<Payment> opts;
   opts.type = "payment";
@@ -278,9 +303,8 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
   opts.commands = std::move(commands).value();
   opts.stop_timeout = settings.processing_timeout + 1s;
   auto gateway = impl->gateway;
-  auto desk = impl->refund_desk;
   auto timeout = settings.processing_timeout;
-  opts.factory = [gateway, desk, timeout](const std::string&) { return Payment(gateway, desk, timeout); };
+  opts.factory = [gateway, timeout](const std::string&) { return Payment(gateway, timeout); };
   Impl* raw = impl.get();
   auto payments = node.serve_entities<Payment>(std::move(opts), [raw](const std::string& id, auto done) {
     if (!raw->shared) return done(Error(ErrorCode::not_ready, "the payment service is starting"));
@@ -323,7 +347,7 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
       if (ch == '_') ch = ' ';
     node.add_counter(tile, [raw, label] { return raw->outcomes->value({label}); });
   }
-  node.add_counter("refunds queued", [raw] { return raw->outcomes->value({"refund_queued"}); });
+  node.add_counter("refunds sent", [raw] { return raw->refunds->stats().sent; });
 
   http::ServerSettings hs;
   hs.host = settings.host;

@@ -11,9 +11,10 @@
 //                      429 past its         in arrival order)        events in the journal)
 //                      buffer)
 //
-// and a cancel of a completed payment is a refund: the entity records it,
-// and a refund job (priority by amount) asks the gateway to pay it back
-// through the job service, retried with back-off.
+// and a cancel of a completed payment is a refund: the entity stores it
+// with its PaymentCancelled event (the journal's outbox), and the node's
+// outbox dispatcher pays it back through the gateway, retried with back-off,
+// with an idempotency key the gateway uses to pay it once.
 //
 // HTTP API (JSON; doc/payment.md):
 //   POST /payments              {"customer","order_id","amount","id"?,"settle"?}  create, and settle unless settle=false
@@ -46,15 +47,17 @@ struct ServiceSettings {
   std::size_t max_settlements = 2048;                 // settling at once (process manager)
   std::size_t settle_buffer = 20000;                  // waiting beyond those; then 429
   std::chrono::milliseconds lock_wait{10000};         // a customer's settlements queue this long at most
-  std::size_t refund_workers = 8;
+  std::size_t refund_workers = 8;                    // refunds sent at once
+  std::chrono::milliseconds refund_timeout{10000};  // a refund's try without an answer fails
   int io_threads = 1;
 
   // Reads the [payment] table (absent: the defaults).
   static troupe::Result<ServiceSettings> from(const troupe::node::NodeConfig& config);
 };
 
-// The running service. Owns its HTTP server, gateway client, lock, process
-// manager and job service; borrows the node, which must outlive it.
+// The running service. Owns its HTTP server, gateway client, lock and
+// process manager; borrows the node, which must outlive it (and runs its
+// outbox dispatcher).
 // Thread-safe: handlers run on the HTTP io threads and answer from any.
 class PaymentService {
  public:

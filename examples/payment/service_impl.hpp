@@ -81,8 +81,7 @@ struct PaymentService::Impl {
   troupe::ActorRef<GatewayMsg> gateway;
   std::shared_ptr<Shared> shared;
   std::optional<troupe::ProcessManager<SettleProcess>> settlements;
-  std::optional<troupe::JobService> refunds;
-  troupe::ActorRef<QueueRefund> refund_desk;
+  std::optional<troupe::OutboxDispatcher> refunds;  // runs the refunds stored with PaymentCancelled
   std::unique_ptr<http::Server> server;
 
   std::shared_ptr<troupe::node::Counter> outcomes;

@@ -57,8 +57,6 @@ json status_json(const std::string& id, const PaymentStatus& st) {
           {"failure", f ? json(f) : json(nullptr)},
           {"detail", s.detail},
           {"refunded", s.refunded},
-          {"refund_job", s.refund_job},
-          {"refund_error", s.refund_error.empty() ? json(nullptr) : json(s.refund_error)},
           {"events", st.events}};
 }
 
@@ -159,22 +157,12 @@ http::Router PaymentService::Impl::routes() {
     std::string id = req.params["id"];
     auto f = shared->payments.ask<PaymentStatus>(
         id, [](troupe::ReplyTo<PaymentStatus> rt) { return Cancel{std::move(rt)}; },
-        // A settlement in progress first, then the refund being queued.
-        settings.processing_timeout + std::max<troupe::Duration>(settings.processing_timeout, kRefundQueueTimeout) + 5s);
+        // A settlement in progress first: the cancel waits for its outcome.
+        settings.processing_timeout + 5s);
     std::move(f).then([id, out = std::move(out)](Result<PaymentStatus> st) mutable {
       if (!st.ok()) return out.respond(error_response(st.error()));
-      // The entity answers a refund once the durable refund queue has
-      // accepted it (refund_job). If it could not, the refund is recorded but
-      // will not be sent until a cancel succeeds: say so, never 200.
-      const auto& s = st->state;
-      if (s.phase == Phase::cancelled && s.refunded > 0 && s.refund_job == 0) {
-        return out.respond(http::Response::error(
-            503, "refund_not_queued",
-            "payment '" + id + "' is cancelled and its refund of " + std::to_string(s.refunded) +
-                " recorded, but the refund queue did not take it (" +
-                (s.refund_error.empty() ? std::string("no answer") : s.refund_error) +
-                "); send the cancel again to queue it"));
-      }
+      // 200 with "refunded" above 0: the refund is stored with the cancel,
+      // and the outbox pays it back (service.cpp). Nothing more to ask for.
       out.respond(http::Response::json(200, status_json(id, *st).dump()));
     });
   });

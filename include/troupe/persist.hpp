@@ -6,4 +6,6 @@
 #include "troupe/persist/forwarding_journal.hpp"
 #include "troupe/persist/journal.hpp"
 #include "troupe/persist/memory_journal.hpp"
+#include "troupe/persist/outbox.hpp"
+#include "troupe/persist/outbox_dispatcher.hpp"
 #include "troupe/persist/sqlite_journal.hpp"

@@ -9,10 +9,7 @@
 #include <limits>
 
 #include "node_impl.hpp"
-
-#ifndef TROUPE_VERSION
-#error "TROUPE_VERSION (the CMake project's version) must be defined by the build"
-#endif
+#include "troupe/version.hpp"
 
 namespace troupe::node {
 
@@ -22,7 +19,7 @@ json number_or_null(double v) { return std::isnan(v) ? json(nullptr) : json(v); 
 
 }  // namespace
 
-std::string_view Node::version() noexcept { return TROUPE_VERSION; }
+std::string_view Node::version() noexcept { return troupe::version(); }
 
 nlohmann::json Node::cluster_view() const {
   json members = json::array();

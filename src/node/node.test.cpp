@@ -257,6 +257,41 @@ TEST_F(NodeTest, MetricsCountMailboxesEntitiesTheJournalLocksProcessesJobsAndThe
   expect_promtool_accepts(m.body, dir_);
 }
 
+// proves: A1
+TEST_F(NodeTest, TheOutboxRunsTheSideEffectsStoredInTheNodesJournalAndShowsInMetrics) {
+  start();
+  std::atomic<int> sent{0};
+  troupe::OutboxSettings os;
+  os.poll_interval = 20ms;
+  os.count_interval = 20ms;
+  auto outbox = node_->start_outbox({{"mail", [&sent](const troupe::OutboxEntry&) {
+                                       ++sent;
+                                       troupe::Promise<void> p;
+                                       p.set_value();
+                                       return p.future();
+                                     }}},
+                                    os);
+  ASSERT_TRUE(outbox.ok()) << outbox.error().to_string();
+  EXPECT_EQ(outbox->settings().owner, "n1");  // the node's id
+  troupe::AppendBatch b;
+  b.persistence_id = "mailer|m1";
+  b.events.push_back(troupe::EventRecord{1, 1, "Mailed", 1, "x"});
+  b.outbox.push_back(troupe::OutboxRecord{"mailer|m1/1/0", "mail", "hello"});
+  ASSERT_TRUE(troupe::journal_sync::append(*node_->journal(), std::move(b)).ok());
+  ASSERT_TRUE(eventually([&] { return outbox->stats().sent == 1 && outbox->stats().pending == 0u; }));
+  EXPECT_EQ(sent.load(), 1);
+  auto again = node_->start_outbox({{"mail", [](const troupe::OutboxEntry&) { return troupe::Promise<void>().future(); }}});
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code(), troupe::ErrorCode::invalid_argument);
+  auto m = call("GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  for (const char* line : {"troupe_outbox_sent_total{node=\"n1\"} 1\n", "troupe_outbox_pending{node=\"n1\"} 0\n",
+                           "troupe_outbox_failed{node=\"n1\"} 0\n", "troupe_outbox_retries_total{node=\"n1\"} 0\n",
+                           "troupe_outbox_failures_total{node=\"n1\"} 0\n"})
+    EXPECT_NE(m.body.find(line), std::string::npos) << "missing: " << line << "\n" << m.body;
+  expect_promtool_accepts(m.body, dir_);
+}
+
 // Issue 22: a durable job service stopped by a journal conflict used to
 // leave the node healthy and its queue looking idle. Two services of one
 // name on one journal: B writes the log first, so A's first append meets a

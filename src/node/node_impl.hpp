@@ -93,6 +93,7 @@ struct Node::Impl {
   std::vector<std::pair<std::string, KeyedLock>> locks;
   std::vector<std::pair<std::string, std::function<ProcessStats()>>> managers;
   std::vector<std::pair<std::string, JobService>> jobs;
+  std::optional<OutboxDispatcher> outbox;  // start_outbox
   // Directory types of cluster-wide job queues ("jobs/<name>"): rebalanced
   // with the entity types.
   std::vector<std::string> job_queues;

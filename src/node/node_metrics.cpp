@@ -1,12 +1,30 @@
 // The node's /metrics families: the actor system, the entity types, the
-// journal, locks, process managers, job services, watched services and the
-// cluster, each labelled with the node's id (doc/node.md, "Metrics").
+// journal and its outbox, locks, process managers, job services, watched
+// services and the cluster, each labelled with the node's id (doc/node.md,
+// "Metrics").
 
 #include <map>
 
 #include "node_impl.hpp"
 
 namespace troupe::node {
+
+namespace {
+
+// The outbox dispatcher's families. The journal's counts only once read.
+void collect_outbox(MetricsWriter& w, const OutboxStats& st, const Labels& l) {
+  auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+  if (st.pending) w.gauge("troupe_outbox_pending", "Side effects stored and not yet done (in flight included).").set(l, d(*st.pending));
+  if (st.failed) w.gauge("troupe_outbox_failed", "Side effects given up after their last try, kept in the journal.").set(l, d(*st.failed));
+  w.gauge("troupe_outbox_in_flight", "Side effects this node is trying now.").set(l, d(st.in_flight));
+  w.counter("troupe_outbox_sent_total", "Side effects this node ran to success.").set(l, d(st.sent));
+  w.counter("troupe_outbox_retries_total", "Failed tries this node will try again after a back-off.").set(l, d(st.retries));
+  w.counter("troupe_outbox_failures_total", "Side effects this node gave up on (kept as failed).").set(l, d(st.failures));
+  w.counter("troupe_outbox_timeouts_total", "Tries that had no answer within the attempt timeout.").set(l, d(st.timeouts));
+  w.counter("troupe_outbox_journal_errors_total", "Outbox claims, settlements and counts the journal refused.").set(l, d(st.journal_errors));
+}
+
+}  // namespace
 
 void Node::Impl::collect(MetricsWriter& w) const {
   const Labels node_label{{"node", node->config_.id}};
@@ -33,12 +51,14 @@ void Node::Impl::collect(MetricsWriter& w) const {
   std::vector<std::pair<std::string, KeyedLock>> ls;
   std::vector<std::pair<std::string, std::function<ProcessStats()>>> ms;
   std::vector<std::pair<std::string, JobService>> js;
+  std::optional<OutboxDispatcher> ob;
   {
     std::lock_guard lk(mu);
     ts = types;
     ls = locks;
     ms = managers;
     js = jobs;
+    ob = outbox;
   }
   for (const auto& t : ts) {
     auto st = t.stats();
@@ -67,6 +87,7 @@ void Node::Impl::collect(MetricsWriter& w) const {
       w.counter("troupe_journal_transaction_events_total", "Events written by those transactions: over transactions, the batch size.").set(l, d(c->second));
     }
   }
+  if (ob) collect_outbox(w, ob->stats(), node_label);
   for (const auto& [name, lock] : ls) {
     auto st = lock.stats();
     Labels l = with({{"lock", name}});

@@ -1,6 +1,7 @@
 // What the node watches and shows: the entity types, locks, process
 // managers and job services an application registers (start_jobs starts a
-// job service on the node's journal and watches it), their health checks,
+// job service on the node's journal and watches it; start_outbox its outbox
+// dispatcher), their health checks,
 // and the rates, latency and counters the dashboard plots.
 
 #include <cstdio>
@@ -28,6 +29,19 @@ void Node::watch_jobs(std::string name, JobService jobs) {
   std::lock_guard lk(impl_->mu);
   impl_->jobs.emplace_back(std::move(name), std::move(jobs));
 }
+Result<OutboxDispatcher> Node::start_outbox(OutboxHandlers handlers, OutboxSettings settings) {
+  {
+    std::lock_guard lk(impl_->mu);
+    if (impl_->outbox) return Error(ErrorCode::invalid_argument, "the node runs an outbox dispatcher already");
+  }
+  if (settings.owner.empty()) settings.owner = config_.id;
+  auto d = OutboxDispatcher::start(*system_, journal_, std::move(settings), std::move(handlers));
+  if (!d) return std::move(d).error();
+  std::lock_guard lk(impl_->mu);
+  impl_->outbox = *d;
+  return d;
+}
+
 void Node::watch_health(std::string service, std::function<Result<void>()> check) {
   std::lock_guard lk(impl_->mu);
   for (auto& [name, existing] : impl_->health_checks) {

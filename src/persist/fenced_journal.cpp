@@ -159,6 +159,20 @@ std::string_view FencedJournal::name() const noexcept { return state_->inner->na
 
 JournalStats FencedJournal::journal_stats() const { return state_->inner->journal_stats(); }
 
+bool FencedJournal::stores_outbox() const noexcept { return state_->inner->stores_outbox(); }
+
+void FencedJournal::claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) {
+  state_->inner->claim_outbox(std::move(claim), std::move(done));
+}
+
+void FencedJournal::settle_outbox(OutboxSettlement settlement, Callback<void> done) {
+  state_->inner->settle_outbox(std::move(settlement), std::move(done));
+}
+
+void FencedJournal::read_outbox(OutboxQuery query, Callback<OutboxView> done) {
+  state_->inner->read_outbox(query, std::move(done));
+}
+
 const Fence& FencedJournal::fence() const noexcept { return state_->fence; }
 
 std::optional<Result<void>> FencedJournal::raised() const {

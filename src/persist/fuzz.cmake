@@ -13,12 +13,15 @@
 troupe_add_fuzz(journal_rows_fuzz
   SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/journal_rows_fuzz.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_journal.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_outbox.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_reader.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_schema.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_support.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_writer.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/postgres/pg_outbox.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/postgres/pg_support.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/journal.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/outbox.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/journal_engine.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/patterns/job_rows.cpp
   CORPUS src/persist/journal_rows_fuzz_corpus

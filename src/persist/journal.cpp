@@ -1,5 +1,7 @@
 #include "troupe/persist/journal.hpp"
 
+#include "outbox_support.hpp"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -24,6 +26,7 @@ Result<void> validate_batch(const AppendBatch& batch) {
                        std::to_string(batch.events[i - 1].seq) + " and " +
                        std::to_string(batch.events[i].seq) + " are not consecutive");
   }
+  if (!batch.outbox.empty()) return detail::validate_outbox_records(batch);
   return {};
 }
 

@@ -1,7 +1,7 @@
 // The journal contract: the guarantees journal.hpp promises, checked against
 // every back end. A back end joins by adding one factory to back_ends()
-// below (a PostgreSQL one adds a JournalUnderTest that connects to a fresh
-// schema); nothing else here changes.
+// (journal_under_test.hpp; a PostgreSQL one adds a JournalUnderTest that
+// connects to a fresh schema); nothing else here changes.
 // At the journal level, a sequence number that is stored or was deleted is
 // refused with journal_conflict and nothing of that batch is stored;
 // acknowledged events read back whole and in order (E7).
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "journal_test_support.hpp"
+#include "journal_under_test.hpp"
 #include "troupe/persist/fenced_journal.hpp"
 #include "troupe/persist/forwarding_journal.hpp"
 #include "troupe/persist/journal.hpp"
@@ -36,84 +37,9 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace troupe::test::journal_names;
-
-
-// One back end under test, fresh for each test: owns the journal and
-// whatever it stores into. close() destroys the journal (its destructor
-// finishes what is queued) and keeps the storage.
-class JournalUnderTest {
- public:
-  virtual ~JournalUnderTest() = default;
-  virtual Journal& journal() = 0;
-  virtual void close() = 0;
-};
-
-class MemoryUnderTest final : public JournalUnderTest {
- public:
-  Journal& journal() override { return *journal_; }
-  void close() override { journal_.reset(); }
-
- private:
-  std::unique_ptr<troupe::MemoryJournal> journal_ = std::make_unique<troupe::MemoryJournal>();
-};
-
-class SqliteUnderTest final : public JournalUnderTest {
- public:
-  SqliteUnderTest() {
-    troupe::SqliteJournalOptions options;
-    options.path = dir_.file("journal.db");
-    auto j = troupe::SqliteJournal::open(options);
-    if (!j.ok()) throw std::runtime_error(j.error().to_string());
-    journal_ = std::move(*j);
-  }
-  Journal& journal() override { return *journal_; }
-  void close() override { journal_.reset(); }
-
- private:
-  TempDir dir_;  // declared first: outlives the journal
-  std::shared_ptr<troupe::SqliteJournal> journal_;
-};
-
-// A fresh schema on the shared test server (postgres_test_server.hpp), so
-// each test sees only its own rows. `lanes` writer connections: the default
-// one, or several, where ids and fence keys spread over lanes.
-class PostgresUnderTest final : public JournalUnderTest {
- public:
-  explicit PostgresUnderTest(unsigned lanes) {
-    troupe::PostgresJournalOptions options;
-    options.conninfo = troupe::test::shared_postgres_conninfo();
-    options.schema = troupe::test::fresh_schema();
-    options.writer_connections = lanes;
-    auto j = troupe::PostgresJournal::open(options);
-    if (!j.ok()) throw std::runtime_error(j.error().to_string());
-    journal_ = std::move(*j);
-  }
-  Journal& journal() override { return *journal_; }
-  void close() override { journal_.reset(); }
-
- private:
-  std::shared_ptr<troupe::PostgresJournal> journal_;
-};
-
-struct BackEnd {
-  std::string name;
-  std::function<std::unique_ptr<JournalUnderTest>()> make;
-};
-// How GoogleTest shows a parameter in listings and failures.
-void PrintTo(const BackEnd& b, std::ostream* os) { *os << b.name; }
-
-std::vector<BackEnd> back_ends() {
-  return {
-      {"memory", [] { return std::make_unique<MemoryUnderTest>(); }},
-      {"sqlite", [] { return std::make_unique<SqliteUnderTest>(); }},
-      {"postgres", [] { return std::make_unique<PostgresUnderTest>(troupe::PostgresJournalOptions().writer_connections); }},
-      {"postgres_4_lanes", [] { return std::make_unique<PostgresUnderTest>(4); }},
-  };
-}
-
-
-
-
+using troupe::test::back_ends;
+using troupe::test::BackEnd;
+using troupe::test::JournalUnderTest;
 
 SnapshotRecord snapshot(std::uint64_t seq, std::string payload) {
   SnapshotRecord s;

@@ -184,6 +184,28 @@ void JournalEngine::raise_fence(std::string key, std::uint64_t value, Journal::C
   writes_->submit({JournalWrite::Kind::fence, AppendBatch{std::move(key), {}, {}}, value, {}, std::move(done)});
 }
 
+void JournalEngine::claim_outbox(OutboxClaim claim, Journal::Callback<std::vector<OutboxEntry>> done) {
+  if (auto v = validate_claim(claim); !v) return done(std::move(v).error());
+  auto op = std::make_shared<OutboxWrite>();
+  op->claim = std::move(claim);
+  // Claims of every owner go to one lane: they queue behind each other there
+  // instead of racing for the same rows on several connections.
+  writes_->submit({JournalWrite::Kind::outbox, AppendBatch{"outbox", {}, {}}, 0, {},
+                   [op, done = std::move(done)](Result<void> r) {
+                     if (!r) return done(std::move(r).error());
+                     done(std::move(op->claimed));
+                   },
+                   op});
+}
+
+void JournalEngine::settle_outbox(OutboxSettlement settlement, Journal::Callback<void> done) {
+  if (auto v = validate_settlement(settlement); !v) return done(std::move(v).error());
+  auto op = std::make_shared<OutboxWrite>();
+  std::string key = settlement.key;
+  op->settlement = std::move(settlement);
+  writes_->submit({JournalWrite::Kind::outbox, AppendBatch{std::move(key), {}, {}}, 0, {}, std::move(done), op});
+}
+
 template <class T, class Fn>
 void JournalEngine::read(Journal::Callback<T> done, Fn fn) {
   reads_->submit([this, done = std::move(done), fn = std::move(fn)](JournalReader* r) mutable {
@@ -207,6 +229,10 @@ void JournalEngine::load_snapshot(std::string id, Journal::Callback<std::optiona
 
 void JournalEngine::highest_fence(Journal::Callback<std::uint64_t> done) {
   read(std::move(done), [](JournalReader& r) { return r.highest_fence(); });
+}
+
+void JournalEngine::read_outbox(OutboxQuery query, Journal::Callback<OutboxView> done) {
+  read(std::move(done), [query](JournalReader& r) { return r.read_outbox(query); });
 }
 
 void JournalEngine::recover(std::string id, Journal::Callback<Recovery> done) {
@@ -297,6 +323,18 @@ void GroupCommitJournal::recover(std::string persistence_id, Callback<Recovery> 
 }
 
 void GroupCommitJournal::highest_fence(Callback<std::uint64_t> done) { engine_->highest_fence(std::move(done)); }
+
+void GroupCommitJournal::claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) {
+  engine_->claim_outbox(std::move(claim), std::move(done));
+}
+
+void GroupCommitJournal::settle_outbox(OutboxSettlement settlement, Callback<void> done) {
+  engine_->settle_outbox(std::move(settlement), std::move(done));
+}
+
+void GroupCommitJournal::read_outbox(OutboxQuery query, Callback<OutboxView> done) {
+  engine_->read_outbox(query, std::move(done));
+}
 
 JournalStats GroupCommitJournal::journal_stats() const { return engine_->stats(); }
 

@@ -47,14 +47,23 @@
 
 namespace troupe::detail {
 
+// An outbox claim or settlement (outbox.hpp) for a writer lane, which
+// stores the records it claimed in `claimed`.
+struct OutboxWrite {
+  std::optional<OutboxClaim> claim;
+  std::optional<OutboxSettlement> settlement;
+  std::vector<OutboxEntry> claimed;
+};
+
 // One write operation.
 struct JournalWrite {
-  enum class Kind : std::uint8_t { append, delete_to, snapshot, fence };
+  enum class Kind : std::uint8_t { append, delete_to, snapshot, fence, outbox };
   Kind kind = Kind::append;
   AppendBatch batch;         // append: the batch; delete/snapshot: persistence_id; fence: its key
   std::uint64_t value = 0;   // delete_to: the last seq to delete; fence: the value to raise to
   SnapshotRecord snapshot;   // snapshot
   Journal::Callback<void> done;
+  std::shared_ptr<OutboxWrite> outbox{};  // outbox
 
   std::size_t weight() const { return kind == Kind::append ? batch.events.size() : 1; }
   const std::string& key() const { return batch.persistence_id; }
@@ -89,6 +98,8 @@ class JournalReader {
   // back end that answers several in one round trip overrides it.
   virtual std::vector<Result<Recovery>> recover_many(const std::vector<std::string>& ids);
   virtual Result<std::uint64_t> highest_fence() = 0;
+  // The outbox's counts and entries (outbox.hpp).
+  virtual Result<OutboxView> read_outbox(const OutboxQuery& query) = 0;
 };
 
 // The highest sequence number of an id, as stored: the largest stored seq
@@ -258,12 +269,15 @@ class JournalEngine {
   void delete_up_to(std::string id, std::uint64_t to_seq, Journal::Callback<void> done);
   void save_snapshot(std::string id, SnapshotRecord snapshot, Journal::Callback<void> done);
   void raise_fence(std::string key, std::uint64_t value, Journal::Callback<void> done);
+  void claim_outbox(OutboxClaim claim, Journal::Callback<std::vector<OutboxEntry>> done);
+  void settle_outbox(OutboxSettlement settlement, Journal::Callback<void> done);
 
   void replay(std::string id, std::uint64_t from, std::uint64_t to, Journal::Callback<std::vector<EventRecord>> done);
   void highest_seq(std::string id, Journal::Callback<std::uint64_t> done);
   void load_snapshot(std::string id, Journal::Callback<std::optional<SnapshotRecord>> done);
   void recover(std::string id, Journal::Callback<Recovery> done);
   void highest_fence(Journal::Callback<std::uint64_t> done);
+  void read_outbox(OutboxQuery query, Journal::Callback<OutboxView> done);
 
   // Counters (monotonic): see GroupCommit.
   std::uint64_t transactions() const noexcept { return writes_->transactions(); }

@@ -32,6 +32,10 @@ Result<void> MemoryJournal::apply_append(AppendBatch& batch) {
     return Error(ErrorCode::journal_conflict, "append to '" + batch.persistence_id + "' at " +
                                                   std::to_string(first) + " would leave a gap after " +
                                                   std::to_string(log.highest));
+  if (!batch.outbox.empty()) {
+    if (auto o = check_outbox(batch); !o) return o;
+    store_outbox(batch);
+  }
   for (auto& e : batch.events) {
     log.highest = e.seq;
     log.events.emplace(e.seq, std::move(e));

@@ -218,6 +218,15 @@ class Node {
   // (like serve_entities).
   Result<JobService> start_jobs(JobSettings settings, JobTranslator translator, JobWorkers workers);
 
+  // Starts an outbox dispatcher (troupe/persist/outbox_dispatcher.hpp) on
+  // the node's journal, which runs the side effects the node's entities
+  // store with their events, and reports it in /metrics (troupe_outbox_*).
+  // settings.owner defaults to the node's id; in a cluster every node runs
+  // one, and they split the records of the shared journal between them.
+  // Errors: those of OutboxDispatcher::start; invalid_argument for a second
+  // one. Not thread-safe: call during start-up, like serve_entities.
+  Result<OutboxDispatcher> start_outbox(OutboxHandlers handlers, OutboxSettings settings = {});
+
   // Reported in /metrics, /api/overview and the dashboard. watch_jobs also
   // watches the service's health() as "jobs/<name>" (watch_health).
   void watch_lock(std::string name, KeyedLock lock);

@@ -19,6 +19,26 @@
 // not decode, or a manifest nobody registered, give ErrorCode::corrupt_record
 // — never an exception, never a skipped event.
 //
+// Or the old versions are upcast: a step registered for (type, n) turns a
+// stored event of version n into version n + 1 before it is decoded, and
+// steps chain (n -> n + 1 -> n + 2 ...) until no step is registered for the
+// version reached. A step may also move the event to a new type name (the
+// versions continue across the rename), e.g. from ByteWriter bytes under an
+// old name to a Protobuf message (troupe/protobuf/codecs.hpp):
+//
+//   codecs.upcast("SettlementAccepted", 1, [](std::string_view v1) -> troupe::Result<std::string> {
+//     troupe::ByteReader r(v1);
+//     std::string order = r.str();
+//     std::int64_t amount = r.i64(), at = r.i64();
+//     troupe::ByteWriter w;
+//     w.str(order).i64(amount).i64(at).str("");  // v2 adds the customer
+//     return r.finish(w.take());
+//   });
+//
+// A step that fails or throws gives corrupt_record naming the type and the
+// versions; an entity's recovery adds its persistence id and sequence
+// number.
+//
 // ByteWriter/ByteReader are a small, fixed little-endian format (integers,
 // length-prefixed strings) that codecs may use; any other encoding works too.
 // Codec tables are filled before use and then only read: reading from many
@@ -27,6 +47,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -114,6 +135,13 @@ class ByteReader {
 
   bool failed() const noexcept { return failed_; }
   std::size_t remaining() const noexcept { return in_.size() - pos_; }
+  // Every byte not read yet, consumed: for a codec that hands its bytes to
+  // another parser (Protobuf). A view into the reader's borrowed bytes.
+  std::string_view rest() noexcept {
+    std::string_view r = in_.substr(pos_);
+    pos_ = in_.size();
+    return r;
+  }
 
   // The decoded value if every read was in bounds and every byte was used;
   // corrupt_record otherwise.
@@ -168,6 +196,12 @@ struct VariantIndex<T, std::variant<Ts...>> {
   }();
 };
 
+// Hashes std::string keys and finds them by string_view, without a copy.
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
 template <class E>
 struct IsVariant : std::false_type {};
 template <class... Ts>
@@ -203,6 +237,22 @@ class EventCodecs {
     return *this;
   }
 
+  // One upcasting step: the bytes of a stored event at version n, as the
+  // bytes of version n + 1; an error if they cannot be converted.
+  using Upcaster = std::function<Result<std::string>(std::string_view payload)>;
+
+  // Registers the step from `type` version `from` to version from + 1,
+  // under the same type name or under `to_type`. A second step for the same
+  // (type, from) replaces the first.
+  EventCodecs& upcast(std::string type, std::uint32_t from, Upcaster step) {
+    std::string to = type;
+    return upcast(std::move(type), from, std::move(to), std::move(step));
+  }
+  EventCodecs& upcast(std::string type, std::uint32_t from, std::string to_type, Upcaster step) {
+    upcasters_[std::move(type)][from] = UpcastStep{std::move(to_type), std::move(step)};
+    return *this;
+  }
+
   // The manifest and bytes for `e`; invalid_argument if its type has no codec.
   Result<Encoded> encode(const E& e) const {
     std::size_t idx = index_of_value(e);
@@ -217,7 +267,63 @@ class EventCodecs {
   // The event stored as (type, version, bytes); corrupt_record if the type is
   // unknown or the bytes do not decode.
   Result<E> decode(std::string_view type, std::uint32_t version, std::string_view payload) const {
-    auto it = readers_.find(std::string(type));
+    if (!upcasters_.empty()) {
+      auto first = find_step(type, version);
+      if (first) return decode_upcast(std::string(type), version, payload, *first);
+    }
+    return decode_current(type, version, payload);
+  }
+
+  bool empty() const noexcept { return readers_.empty(); }
+
+ private:
+  struct Writer {
+    std::string type;
+    std::uint32_t version = 0;
+    std::function<void(const E&, ByteWriter&)> write;
+  };
+  struct UpcastStep {
+    std::string to_type;
+    Upcaster step;
+  };
+
+  const UpcastStep* find_step(std::string_view type, std::uint32_t version) const {
+    auto t = upcasters_.find(type);
+    if (t == upcasters_.end()) return nullptr;
+    auto v = t->second.find(version);
+    return v == t->second.end() ? nullptr : &v->second;
+  }
+
+  // Runs the chain of steps from (type, version), then decodes what it
+  // reached. Each step raises the version by one, so the chain ends.
+  Result<E> decode_upcast(std::string type, std::uint32_t version, std::string_view payload,
+                          const UpcastStep& first) const {
+    std::string bytes(payload);
+    for (const UpcastStep* s = &first; s != nullptr; s = find_step(type, version)) {
+      std::string where = "'" + type + "' v" + std::to_string(version);
+      if (version == UINT32_MAX)
+        return Error(ErrorCode::corrupt_record, "cannot upcast " + where + ": no version follows it");
+      Result<std::string> next = [&]() -> Result<std::string> {
+        try {
+          return s->step(bytes);
+        } catch (const std::exception& ex) {
+          return Error(ErrorCode::corrupt_record, std::string("the upcaster threw: ") + ex.what());
+        } catch (...) {
+          return Error(ErrorCode::corrupt_record, "the upcaster threw");
+        }
+      }();
+      if (!next.ok())
+        return Error(ErrorCode::corrupt_record, "cannot upcast " + where + " to '" + s->to_type + "' v" +
+                                                    std::to_string(version + 1) + ": " + next.error().message());
+      bytes = std::move(*next);
+      type = s->to_type;
+      ++version;
+    }
+    return decode_current(type, version, bytes);
+  }
+
+  Result<E> decode_current(std::string_view type, std::uint32_t version, std::string_view payload) const {
+    auto it = readers_.find(type);
     if (it == readers_.end())
       return Error(ErrorCode::corrupt_record, "unknown event manifest '" + std::string(type) + "' v" +
                                                   std::to_string(version));
@@ -236,15 +342,6 @@ class EventCodecs {
     }
     return out;
   }
-
-  bool empty() const noexcept { return readers_.empty(); }
-
- private:
-  struct Writer {
-    std::string type;
-    std::uint32_t version = 0;
-    std::function<void(const E&, ByteWriter&)> write;
-  };
 
   template <class T>
   static constexpr std::size_t index_of() {
@@ -274,7 +371,10 @@ class EventCodecs {
   }
 
   std::vector<Writer> writers_;
-  std::unordered_map<std::string, std::function<Result<E>(std::uint32_t, ByteReader&)>> readers_;
+  std::unordered_map<std::string, std::function<Result<E>(std::uint32_t, ByteReader&)>, detail::StringHash,
+                     std::equal_to<>>
+      readers_;
+  std::unordered_map<std::string, std::map<std::uint32_t, UpcastStep>, detail::StringHash, std::equal_to<>> upcasters_;
 };
 
 // The codec of a state type, for snapshots. Optional: without one an entity

@@ -55,6 +55,13 @@ class FencedJournal final : public Journal {
   std::string_view name() const noexcept override;
   // The inner journal's counters.
   JournalStats journal_stats() const override;
+  // The inner journal's outbox. Appends carry their records to it, under
+  // this view's fence; claims, settlements and reads are not gated (any
+  // dispatcher runs the records, whoever owns the entities).
+  bool stores_outbox() const noexcept override;
+  void claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) override;
+  void settle_outbox(OutboxSettlement settlement, Callback<void> done) override;
+  void read_outbox(OutboxQuery query, Callback<OutboxView> done) override;
 
   const Fence& fence() const noexcept;
   // The raise's outcome once known; nullopt while it is in flight.

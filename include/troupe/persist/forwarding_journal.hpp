@@ -59,6 +59,16 @@ class ForwardingJournal : public Journal {
   void highest_fence(Callback<std::uint64_t> done) override { inner_->highest_fence(std::move(done)); }
   std::string_view name() const noexcept override { return inner_->name(); }
   JournalStats journal_stats() const override { return inner_->journal_stats(); }
+  bool stores_outbox() const noexcept override { return inner_->stores_outbox(); }
+  void claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) override {
+    inner_->claim_outbox(std::move(claim), std::move(done));
+  }
+  void settle_outbox(OutboxSettlement settlement, Callback<void> done) override {
+    inner_->settle_outbox(std::move(settlement), std::move(done));
+  }
+  void read_outbox(OutboxQuery query, Callback<OutboxView> done) override {
+    inner_->read_outbox(query, std::move(done));
+  }
 
  protected:
   Journal& inner() const noexcept { return *inner_; }

@@ -32,7 +32,11 @@
 //    every append that was stored before it is visible to a recovery that
 //    starts after it. This is what makes a stale owner that wakes up after
 //    a takeover unable to write (a paused process, a partition), whatever
-//    the timing. An append without a fence (value 0) is not checked.
+//    the timing. An append without a fence (value 0) is not checked;
+//  - the outbox (outbox.hpp; journals whose stores_outbox() is true): a
+//    batch's outbox records are stored with its events, atomically, under
+//    the same fence check; their keys are unique in the journal (a key
+//    already stored is journal_conflict and stores nothing of the batch).
 //
 // All operations are asynchronous: `done` runs exactly once, on a journal
 // thread or, for back ends that finish at once, on the caller's thread
@@ -50,6 +54,7 @@
 #include <vector>
 
 #include "troupe/core/result.hpp"
+#include "troupe/persist/outbox.hpp"
 
 namespace troupe {
 
@@ -88,6 +93,7 @@ struct AppendBatch {
   std::string persistence_id;
   std::vector<EventRecord> events;  // non-empty; seqs consecutive from highest + 1
   Fence fence{};                    // checked when fence.value > 0
+  std::vector<OutboxRecord> outbox{};  // side effects stored with the events (outbox.hpp)
 };
 
 // What an entity needs to recover: the latest snapshot (if any), the events
@@ -160,6 +166,18 @@ class Journal {
   // The journal's counters, as they are now. Any thread. A decorator
   // reports the counters of the journal it wraps.
   virtual JournalStats journal_stats() const = 0;
+
+  // The outbox (outbox.hpp). A journal that keeps one says so here and
+  // stores AppendBatch::outbox; one that does not must not be given records
+  // (the entity runtime refuses to start such a registry). The defaults
+  // answer invalid_argument: no outbox.
+  virtual bool stores_outbox() const noexcept { return false; }
+  // Leases due records to the caller (see OutboxClaim).
+  virtual void claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done);
+  // Records what became of a claimed record (see OutboxSettlement).
+  virtual void settle_outbox(OutboxSettlement settlement, Callback<void> done);
+  // Counts and lists the stored records (see OutboxQuery).
+  virtual void read_outbox(OutboxQuery query, Callback<OutboxView> done);
 };
 
 // Blocking forms of the operations, for tools, tests and benchmarks. Never
@@ -204,6 +222,15 @@ inline Result<std::uint64_t> highest_fence(Journal& j) {
 inline Result<Recovery> recover(Journal& j, std::string id) {
   return wait_for<Recovery>([&](auto cb) { j.recover(std::move(id), std::move(cb)); });
 }
+inline Result<std::vector<OutboxEntry>> claim_outbox(Journal& j, OutboxClaim c) {
+  return wait_for<std::vector<OutboxEntry>>([&](auto cb) { j.claim_outbox(std::move(c), std::move(cb)); });
+}
+inline Result<void> settle_outbox(Journal& j, OutboxSettlement s) {
+  return wait_for<void>([&](auto cb) { j.settle_outbox(std::move(s), std::move(cb)); });
+}
+inline Result<OutboxView> read_outbox(Journal& j, OutboxQuery q) {
+  return wait_for<OutboxView>([&](auto cb) { j.read_outbox(q, std::move(cb)); });
+}
 
 }  // namespace journal_sync
 
@@ -211,6 +238,9 @@ inline Result<Recovery> recover(Journal& j, std::string id) {
 // touches storage: non-empty id, at least one event, consecutive seqs
 // starting at >= 1. Back ends call it; exposed for their tests.
 Result<void> validate_batch(const AppendBatch& batch);
+// Checks a claim and a settlement the same way (invalid_argument).
+Result<void> validate_claim(const OutboxClaim& claim);
+Result<void> validate_settlement(const OutboxSettlement& settlement);
 // Checks raise_fence's arguments the same way.
 Result<void> validate_fence(const std::string& key, std::uint64_t value);
 // The journal_conflict of an append refused by its fence.

@@ -37,6 +37,11 @@ class MemoryJournal final : public Journal {
   std::string_view name() const noexcept override { return "memory"; }
   // Nothing: the journal stores each operation at once, in no transaction.
   JournalStats journal_stats() const override { return {}; }
+  // The outbox, in memory like the rest (memory_outbox.cpp).
+  bool stores_outbox() const noexcept override { return true; }
+  void claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) override;
+  void settle_outbox(OutboxSettlement settlement, Callback<void> done) override;
+  void read_outbox(OutboxQuery query, Callback<OutboxView> done) override;
 
   // Test controls.
   // From now on appends wait (in order) until release_held().
@@ -57,11 +62,24 @@ class MemoryJournal final : public Journal {
     std::uint64_t highest = 0;
     std::optional<SnapshotRecord> snapshot;
   };
+  // A stored outbox record and its lease.
+  struct StoredEffect {
+    OutboxEntry entry;
+    std::string lease_owner;
+    std::uint64_t lease_incarnation = 0;
+    std::int64_t lease_until_ms = 0;
+  };
   Result<void> apply_append(AppendBatch& batch);
+  // Checks the batch's outbox keys, then stores its records (mu_ held).
+  Result<void> check_outbox(const AppendBatch& batch) const;
+  void store_outbox(AppendBatch& batch);
 
   mutable std::mutex mu_;
   std::map<std::string, Log, std::less<>> logs_;
   std::map<std::string, std::uint64_t, std::less<>> fences_;
+  std::map<std::uint64_t, StoredEffect> outbox_;  // by arrival: oldest first
+  std::map<std::string, std::uint64_t, std::less<>> outbox_keys_;  // key -> arrival
+  std::uint64_t outbox_arrivals_ = 0;
   bool holding_ = false;
   std::deque<std::pair<AppendBatch, Callback<void>>> held_;
   std::size_t fail_next_ = 0;

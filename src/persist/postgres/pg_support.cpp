@@ -462,17 +462,20 @@ Sql::Sql(const std::string& s) {
   snapshot = "SELECT seq, timestamp_ms, type, version, payload FROM " + s + ".snapshots "
              "WHERE persistence_id = $1 ORDER BY seq DESC LIMIT 1";
   highest_fence = "SELECT coalesce(max(fence), 0) FROM " + s + ".fences";
+  outbox_sql(s);
 }
 
 std::vector<Sql::Prepared> Sql::writer_statements() const {
   return {{kAppend, &append},          {kCheckFences, &check_fences}, {kInsertSnapshots, &insert_snapshots},
           {kPruneSnapshots, &prune_snapshots}, {kDeleteTo, &delete_to}, {kHighestMany, &highest_many},
-          {kVerify, &verify}};
+          {kVerify, &verify},          {kOutboxAppend, &outbox_append}, {kOutboxClaim, &outbox_claim},
+          {kOutboxSettleDone, &outbox_settle_done}, {kOutboxSettleUpdate, &outbox_settle_update}};
 }
 
 std::vector<Sql::Prepared> Sql::reader_statements() const {
   return {{kRecover, &recover},   {kReplay, &replay}, {kHighest, &highest},
-          {kSnapshot, &snapshot}, {kHighestFence, &highest_fence}};
+          {kSnapshot, &snapshot}, {kHighestFence, &highest_fence}, {kOutboxCounts, &outbox_counts},
+          {kOutboxEntries, &outbox_entries}};
 }
 
 Result<void> prepare_all(PGconn* c, const std::vector<Sql::Prepared>& statements) {

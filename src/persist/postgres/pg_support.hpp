@@ -176,12 +176,26 @@ struct Sql {
   static constexpr const char* kSnapshot = "troupe_snapshot";
   static constexpr const char* kHighestFence = "troupe_highest_fence";
 
+  // The outbox (pg_outbox.cpp): its table, created where missing, apart
+  // from the numbered schema; the writers' and readers' statements.
+  std::string outbox_create, outbox_append, outbox_claim, outbox_settle_done, outbox_settle_update, outbox_counts,
+      outbox_entries;
+  static constexpr const char* kOutboxAppend = "troupe_outbox_append";
+  static constexpr const char* kOutboxClaim = "troupe_outbox_claim";
+  static constexpr const char* kOutboxSettleDone = "troupe_outbox_settle_done";
+  static constexpr const char* kOutboxSettleUpdate = "troupe_outbox_settle_update";
+  static constexpr const char* kOutboxCounts = "troupe_outbox_counts";
+  static constexpr const char* kOutboxEntries = "troupe_outbox_entries";
+
   struct Prepared {
     const char* name;
     const std::string* sql;
   };
   std::vector<Prepared> writer_statements() const;
   std::vector<Prepared> reader_statements() const;
+
+ private:
+  void outbox_sql(const std::string& quoted_schema);
 };
 
 // Prepares `statements` on `c`.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../journal_engine.hpp"
+#include "pg_outbox.hpp"
 #include "pg_support.hpp"
 #include "postgres_writer.hpp"
 
@@ -44,6 +45,7 @@ class PgReader final : public detail::JournalReader {
   // The recoveries of `ids`, in order, in one round trip.
   std::vector<Result<Recovery>> recover_many(const std::vector<std::string>& ids) override;
   Result<std::uint64_t> highest_fence() override;
+  Result<OutboxView> read_outbox(const OutboxQuery& query) override;
 
  private:
   // Runs prepared statement `name` with `params` and hands its result to
@@ -123,6 +125,7 @@ Result<void> PostgresJournal::Impl::check_schema(PGconn* w) {
       return Error(ErrorCode::journal_failed, "postgres journal: unknown schema version " + std::to_string(version));
     return {};
   }();
+  if (schema) schema = script(sql.outbox_create, "create the outbox table");
   if (!schema) {
     (void)run(w, "ROLLBACK");
     return schema;
@@ -276,6 +279,20 @@ std::vector<Result<Recovery>> PgReader::recover_all(const std::vector<std::strin
 Result<std::uint64_t> PgReader::highest_fence() {
   return query<std::uint64_t>(Sql::kHighestFence, Params(), "read the highest fence",
                               [](const PGresult* r) { return parse_highest_fence(r); });
+}
+
+Result<OutboxView> PgReader::read_outbox(const OutboxQuery& q) {
+  auto counts = query<OutboxView>(Sql::kOutboxCounts, Params(), "count the outbox",
+                                  [](const PGresult* r) { return parse_outbox_counts(r); });
+  if (!counts || q.limit == 0) return counts;
+  Params p;
+  p.int8(q.status == OutboxStatus::pending ? 0 : 1);
+  p.int8(static_cast<std::int64_t>(std::min<std::size_t>(q.limit, INT64_MAX)));
+  auto entries = query<std::vector<OutboxEntry>>(Sql::kOutboxEntries, p, "list the outbox",
+                                                 [](const PGresult* r) { return parse_outbox_entries(r); });
+  if (!entries) return std::move(entries).error();
+  counts->entries = std::move(*entries);
+  return counts;
 }
 
 // --- the public object ---------------------------------------------------------------

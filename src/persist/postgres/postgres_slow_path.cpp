@@ -1,7 +1,8 @@
 // The PostgreSQL journal's writer lane, its rare paths (postgres_writer.cpp
 // has the group path): operations the group could not take, each under its
 // own SAVEPOINT in one explicit transaction after a fresh read, so each gets
-// its own outcome; and fence raises, each in a transaction of its own.
+// its own outcome; fence raises, and outbox claims and settlements
+// (pg_outbox.cpp has their SQL), each in a transaction of its own.
 
 #include <algorithm>
 #include <chrono>
@@ -10,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "pg_outbox.hpp"
 #include "postgres_writer.hpp"
 
 namespace troupe::pg {
@@ -123,7 +125,8 @@ Result<void> Writer::apply_one(JournalWrite& op, std::uint64_t& written, bool& l
       }
       break;
     }
-    case Kind::fence: break;  // never routed here
+    case Kind::fence:
+    case Kind::outbox: break;  // never routed here
   }
   if (lost) return r;
   Outcome end = run(c, r.ok() ? "RELEASE SAVEPOINT op" : "ROLLBACK TO SAVEPOINT op");
@@ -155,6 +158,14 @@ Result<void> Writer::slow_append(AppendBatch& batch, bool& lost) {
     lost = o.lost;
     if (o.sqlstate == kUniqueViolation) return conflict(batch);
     return failed("append " + printable(id) + " seq " + std::to_string(first), o);
+  }
+  if (auto rows = outbox_rows(one)) {
+    o = run_prepared(conn_.get(), Sql::kOutboxAppend, *rows);
+    if (!o.ok) {
+      lost = o.lost;
+      if (o.sqlstate == kUniqueViolation) return outbox_conflict(batch);
+      return failed("store the outbox records of " + printable(id) + " seq " + std::to_string(first), o);
+    }
   }
   return {};
 }
@@ -196,6 +207,54 @@ Result<std::uint64_t> Writer::raise(const std::string& key, std::uint64_t value,
     if (PQstatus(c) == CONNECTION_OK) (void)run(c, "ROLLBACK");
     return failed("raise the fence " + printable(key), o);
   }
+}
+
+Result<void> Writer::do_outbox(detail::OutboxWrite& op, Clock::time_point deadline) {
+  Params p;
+  const char* statement = nullptr;
+  std::string doing;
+  if (op.claim) {
+    const OutboxClaim& c = *op.claim;
+    p.bytes(c.owner);
+    p.int8(static_cast<std::int64_t>(c.incarnation));
+    p.int8(c.now_ms);
+    p.int8(c.lease_ms);
+    p.int8(static_cast<std::int64_t>(std::min<std::size_t>(c.limit, INT64_MAX)));
+    statement = Sql::kOutboxClaim;
+    doing = "claim outbox records";
+  } else {
+    const OutboxSettlement& st = *op.settlement;
+    p.bytes(st.key);
+    p.bytes(st.owner);
+    p.int8(static_cast<std::int64_t>(st.incarnation));
+    if (st.outcome == OutboxSettlement::Outcome::done) {
+      statement = Sql::kOutboxSettleDone;
+    } else {
+      const bool retry = st.outcome == OutboxSettlement::Outcome::retry;
+      p.int8(retry ? 0 : 1);
+      p.int8(retry ? st.next_attempt_ms : 0);
+      p.bytes(st.error);
+      statement = Sql::kOutboxSettleUpdate;
+    }
+    doing = "settle the outbox record " + printable(st.key);
+  }
+  // One statement, one implicit transaction. A claim or settlement whose
+  // connection broke may or may not have committed: it fails, and the
+  // leases it may have taken run out.
+  std::string why;
+  if (!ensure_connected(deadline, why))
+    return Error(ErrorCode::journal_failed, "postgres journal: " + doing + ": the server is unreachable: " + why);
+  Outcome o = run_prepared(conn_.get(), statement, p);
+  if (!o.ok) {
+    if (o.lost) drop_connection();
+    return failed(doing, o);
+  }
+  if (op.claim) {
+    auto entries = parse_outbox_entries(o.res.get());
+    if (!entries) return std::move(entries).error();
+    op.claimed = std::move(*entries);
+  }
+  return {};
 }
 
 }  // namespace troupe::pg

@@ -14,6 +14,8 @@
 
 #include "postgres_writer.hpp"
 
+#include "pg_outbox.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -192,7 +194,7 @@ detail::Committed Writer::commit(std::span<JournalWrite> ops, std::span<Result<v
   committed_ = {};
   const auto deadline = Clock::now() + std::chrono::milliseconds(shared_.options.unavailable_timeout_ms);
   take_hints();
-  enum class Route : std::uint8_t { done, group, slow, fence };
+  enum class Route : std::uint8_t { done, group, slow, fence, outbox };
   std::vector<Route> route(ops.size(), Route::done);
 
   // Validate; note the appended ids this lane knows nothing about.
@@ -215,11 +217,12 @@ detail::Committed Writer::commit(std::span<JournalWrite> ops, std::span<Result<v
         break;
       case Kind::delete_to: break;
       case Kind::fence: v = validate_fence(op.key(), op.value); break;
+      case Kind::outbox: break;
     }
     if (!v) {
       results[i] = std::move(v);
     } else {
-      route[i] = op.kind == Kind::fence ? Route::fence : Route::group;
+      route[i] = op.kind == Kind::fence ? Route::fence : op.kind == Kind::outbox ? Route::outbox : Route::group;
     }
   }
   if (!unknown.empty()) {
@@ -292,6 +295,8 @@ detail::Committed Writer::commit(std::span<JournalWrite> ops, std::span<Result<v
     }
   }
   if (!slow.empty()) commit_slow(ops, slow, results, deadline);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (route[i] == Route::outbox) results[i] = do_outbox(*ops[i].outbox, deadline);
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (route[i] != Route::fence) continue;
     auto r = raise(ops[i].key(), ops[i].value, false, deadline);
@@ -319,6 +324,7 @@ Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::ve
   }
   if (auto f = fence_check(shared_.options.schema, appends)) calls.push_back({Sql::kCheckFences, std::move(*f)});
   if (!appends.empty()) calls.push_back({Sql::kAppend, append_rows(appends)});
+  if (auto o = outbox_rows(appends)) calls.push_back({Sql::kOutboxAppend, std::move(*o)});
   if (!snapshots.empty()) {
     RowArrays rows;
     rows.start(snapshots.size());

@@ -111,6 +111,8 @@ class Writer final : public detail::JournalLane {
   // transaction is gone.
   Result<void> apply_one(detail::JournalWrite& op, std::uint64_t& written, bool& lost);
   Result<void> slow_append(AppendBatch& batch, bool& lost);
+  // An outbox claim or settlement, in a transaction of its own (pg_outbox.cpp).
+  Result<void> do_outbox(detail::OutboxWrite& op, Clock::time_point deadline);
   std::optional<bool> verify(const AppendBatch& batch, Clock::time_point deadline);
 
   // A transaction of `events` appended events committed.

@@ -27,6 +27,8 @@ class Reader final : public detail::JournalReader {
   Result<std::optional<SnapshotRecord>> load_snapshot(const std::string& id) override;
   Result<Recovery> recover(const std::string& id) override;
   Result<std::uint64_t> highest_fence() override;
+  // sqlite_outbox.cpp.
+  Result<OutboxView> read_outbox(const OutboxQuery& query) override;
 
  private:
   Result<detail::StoredHighest> read_highest(const std::string& id);
@@ -40,6 +42,7 @@ class Reader final : public detail::JournalReader {
   const SqliteJournalOptions& options_;
   Connection db_;
   Stmt begin_, commit_, rollback_, events_, snapshot_, highest_, highest_fence_;
+  Stmt outbox_counts_, outbox_entries_;  // prepared on first use
 };
 
 }  // namespace troupe::sqlite

@@ -17,6 +17,8 @@ Error Writer::fail(std::string_view doing) const { return failed(options_.path, 
 Result<void> Writer::open() {
   const std::string& path = options_.path;
   if (auto r = open_for_writing(db_, options_); !r) return r;
+  if (auto r = ensure_outbox(db_.get(), path); !r) return r;
+  if (auto r = prepare_outbox(); !r) return r;
   return prepare_all(db_.get(), path,
                      {
                          {&begin_, "BEGIN IMMEDIATE"},         {&commit_, "COMMIT"},
@@ -55,6 +57,7 @@ detail::Committed Writer::commit(std::span<detail::JournalWrite> ops, std::span<
       case detail::JournalWrite::Kind::delete_to: r = do_delete(op.key(), op.value); break;
       case detail::JournalWrite::Kind::snapshot: r = do_snapshot(op.key(), op.snapshot); break;
       case detail::JournalWrite::Kind::fence: r = do_fence(op.key(), op.value); break;
+      case detail::JournalWrite::Kind::outbox: r = do_outbox(*op.outbox); break;
     }
     // Some errors (I/O, disk full) make SQLite roll back the whole
     // transaction: then nothing of this chunk is stored, and every op in it
@@ -142,8 +145,9 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
   if (auto c = detail::check_continues(quoted(id), batch.events.front().seq, highest); !c) return c;
 
   // A one-row INSERT that fails leaves nothing behind (SQLite undoes the
-  // statement), so only multi-event batches need a savepoint.
-  const bool multi = batch.events.size() > 1;
+  // statement), so only multi-row batches (several events, or outbox
+  // records with the event) need a savepoint.
+  const bool multi = batch.events.size() > 1 || !batch.outbox.empty();
   if (multi)
     if (auto r = savepoint(); !r) return r;
   sqlite3_stmt* s = insert_event_.get();
@@ -173,6 +177,11 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
     }
     sqlite3_reset(s);
   }
+  if (!batch.outbox.empty())
+    if (auto r = insert_outbox(batch); !r) {
+      rollback_savepoint();
+      return r;
+    }
   if (multi)
     if (auto r = release(); !r) {
       rollback_savepoint();

@@ -19,6 +19,9 @@ namespace troupe::sqlite {
 // Opens `conn` on options.path for writing: WAL mode, options.durability,
 // and the schema checked, created or migrated (sqlite_schema.cpp).
 Result<void> open_for_writing(Connection& conn, const SqliteJournalOptions& options);
+// Creates the outbox table where it is missing (sqlite_outbox.cpp): a file
+// written before the outbox existed gets it on its first open for writing.
+Result<void> ensure_outbox(sqlite3* db, const std::string& path);
 
 class Writer final : public detail::JournalLane {
  public:
@@ -33,6 +36,11 @@ class Writer final : public detail::JournalLane {
   Result<void> do_delete(const std::string& id, std::uint64_t to_seq);
   Result<void> do_snapshot(const std::string& id, const SnapshotRecord& snapshot);
   Result<void> do_fence(const std::string& key, std::uint64_t value);
+  // The outbox (sqlite_outbox.cpp): its statements, an append's records (in
+  // the append's savepoint), and claims and settlements.
+  Result<void> prepare_outbox();
+  Result<void> insert_outbox(const AppendBatch& batch);
+  Result<void> do_outbox(detail::OutboxWrite& op);
   Result<std::uint64_t*> cached_highest(const std::string& id);
   Result<std::uint64_t*> cached_fence(const std::string& key);
   Result<void> savepoint();
@@ -46,6 +54,7 @@ class Writer final : public detail::JournalLane {
   Stmt begin_, commit_, rollback_, savepoint_, release_, rollback_to_;
   Stmt insert_event_, select_highest_, delete_events_, upsert_deletion_, insert_snapshot_, prune_snapshots_;
   Stmt select_fence_, upsert_fence_;
+  Stmt insert_outbox_, claim_outbox_, settle_done_, settle_update_;
   // Highest seq per id and the stored fence per key, as of the current
   // transaction. Valid because this thread is the only writer of the file
   // (the lock file keeps other processes out); cleared whenever a

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "troupe/persist/detail/entity_actor.hpp"
+#include "troupe/persist/detail/entity_outbox.hpp"
 
 namespace troupe::detail {
 
@@ -32,6 +33,10 @@ void EntityActor<B>::start_persist(Eff&& eff, bool is_timeout) {
         return Error(ErrorCode::invalid_argument, std::string("event encoder threw: ") + ex.what());
       }
     }();
+    if constexpr (HasSideEffects<B>) {
+      if (enc.ok())
+        if (auto se = add_side_effects(behavior_, e, pid(), seq + 1, batch.outbox); !se) enc = std::move(se).error();
+    }
     if (!enc.ok()) {
       // Nothing was stored: the command fails, the entity carries on.
       Error err(enc.error().code(),

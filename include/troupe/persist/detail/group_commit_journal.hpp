@@ -43,6 +43,12 @@ class GroupCommitJournal : public Journal {
   void highest_fence(Callback<std::uint64_t> done) override;
   // Write transactions committed and the events they stored.
   JournalStats journal_stats() const override;
+  // The outbox, in the same database: records are inserted in the append's
+  // transaction; claims and settlements are writes on the lanes.
+  bool stores_outbox() const noexcept override { return true; }
+  void claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) override;
+  void settle_outbox(OutboxSettlement settlement, Callback<void> done) override;
+  void read_outbox(OutboxQuery query, Callback<OutboxView> done) override;
 
   // Counters for metrics and benchmarks (monotonic, thread-safe).
   struct Stats {

@@ -24,6 +24,7 @@
 
 #include "troupe/persist/entity.hpp"
 #include "troupe/persist/detail/entity_behaviour.hpp"
+#include "troupe/persist/detail/entity_outbox.hpp"
 
 namespace troupe {
 namespace detail {
@@ -233,6 +234,11 @@ Result<EntityRegistry<B>> EntityRegistry<B>::start(ActorSystem& system, std::sha
                                                 snapshots.has_value(), can_build, system.threads());
       !ok.ok()) {
     return std::move(ok).error();
+  }
+  if constexpr (detail::HasSideEffects<B>) {
+    if (!journal->stores_outbox())
+      return Error(ErrorCode::invalid_argument, "entity type '" + settings.type_name + "' has side effects, and the " +
+                                                    std::string(journal->name()) + " journal keeps no outbox");
   }
   auto core = std::make_shared<detail::RegistryCore<B>>();
   core->system = &system;
