@@ -37,11 +37,16 @@
 // gets the outcome (at once, or when the episode in progress ends); one with
 // a different order or amount is refused.
 //
-// The client's Settle waits for the outcome, not for the acceptance. Its
-// reply target cannot be persisted, so the behaviour object keeps it and
-// answers it when the episode ends: on the gateway's answer, or in
-// on_processing_timeout. After a crash that reply target is gone (the client
-// saw its request fail); the client asks again and gets the stored outcome.
+// Settle is a coroutine handler (troupe::Effect::await, doc/coroutines.md):
+// it stores SettlementAccepted, which enters Settling, awaits the gateway,
+// and stores the outcome, top to bottom. The client's Settle waits for the
+// outcome, not for the acceptance. Its reply target cannot be persisted, so
+// once Settling is stored the behaviour object keeps it and answers it when
+// the episode ends: when the handler stores the outcome, or in
+// on_processing_timeout if the deadline comes first (the runtime then
+// destroys the waiting handler, so a late gateway answer is never acted on,
+// E2). After a crash that reply target is gone (the client saw its request
+// fail); the client asks again and gets the stored outcome.
 
 #include <algorithm>
 #include <chrono>
@@ -131,14 +136,10 @@ struct Cancel {
 struct GetStatus {
   troupe::ReplyTo<PaymentStatus> reply_to;
 };
-// The gateway's answer, or why the ask to it failed. Sent by the entity's own ask.
-struct GatewayAnswered {
-  troupe::Result<GatewayReply> answer;
-};
 // The payment is finished: free its memory (it recovers on the next command).
 struct Rest {};
 
-using Command = std::variant<Create, Settle, Cancel, GetStatus, GatewayAnswered, Rest>;
+using Command = std::variant<Create, Settle, Cancel, GetStatus, Rest>;
 
 // --- events: each carries what recovery needs to rebuild the state --------------
 
@@ -205,7 +206,6 @@ class Payment {
         c, [&](Create& m) { return on_create(s, m, ctx); }, [&](Settle& m) { return on_settle(s, m, ctx); },
         [&](Cancel& m) { return on_cancel(s, m, ctx); },
         [&](GetStatus& m) { return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()}); },
-        [&](GatewayAnswered& m) { return on_gateway_answer(s, m, ctx); },
         [&](Rest&) { return Effect::passivate(); });
   }
 
@@ -292,12 +292,7 @@ class Payment {
         if (m.order_id.empty() || m.amount <= 0)
           return Effect::reject(m.reply_to, troupe::Error(troupe::ErrorCode::invalid_argument,
                                                           "a settlement needs an order id and a positive amount"));
-        // Answered when the episode ends, not now (see the file comment).
-        client_ = std::move(m.reply_to);
-        auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.wall_now().time_since_epoch());
-        return Effect::persist(SettlementAccepted{m.order_id, m.amount, now_ms.count(),
-                                                  m.customer.empty() ? s.customer : m.customer})
-            .then([this, &ctx](const State& st) { ask_gateway(st, ctx); });
+        return Effect::await(settle(s, m, ctx));
       }
       case Phase::settling:
         // One settlement at a time: a retry waits for the outcome.
@@ -331,30 +326,31 @@ class Payment {
     return Effect::none();
   }
 
-  Effect on_gateway_answer(const State& s, GatewayAnswered& m, Context& ctx) {
-    // An answer after the deadline: the episode has already ended as timed
-    // out, and that is what is stored. (A real system would reconcile.)
-    if (s.phase != Phase::settling) return Effect::none();
-    Effect e = [&] {
-      if (!m.answer.ok()) return Effect::persist(SettlementFailed{m.answer.error().to_string()});
-      if (!m.answer->approved) return Effect::persist(SettlementDeclined{m.answer->code});
-      return Effect::persist(SettlementSucceeded{m.answer->code});
-    }();
-    // A finished payment rarely hears from its client again: free it.
-    return std::move(e).then([this, &ctx](const State& st) { answer_client(st, ctx); }).then_passivate();
-  }
-
-  void ask_gateway(const State& s, Context& ctx) {
+  // Settles a payment waiting for its request: stores SettlementAccepted
+  // (Settling), asks the gateway, stores the outcome. `s` is the payment's
+  // state as it is now; `m` stays valid until this returns.
+  troupe::Task<Effect> settle(const State& s, Settle& m, Context& ctx) {
+    // Answered when the episode ends, not now: by this handler, or by
+    // on_processing_timeout if the deadline comes first (see the file comment).
+    client_ = std::move(m.reply_to);
+    auto now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(ctx.wall_now().time_since_epoch());
+    auto accepted = ctx.persist(
+        SettlementAccepted{m.order_id, m.amount, now_ms.count(), m.customer.empty() ? s.customer : m.customer});
+    // A failed append stops the payment before this could resume.
+    if (!(co_await std::move(accepted)).ok()) co_return Effect::none();
     // The ask's own timeout is longer than the processing timeout, so the
-    // entity's deadline (stored, recoverable) is what ends a hung request;
-    // the ask's timeout then lands after the episode and is ignored.
-    ctx.ask<GatewayReply>(
+    // entity's deadline (stored, recoverable) is what ends a hung request.
+    troupe::Result<GatewayReply> answer = co_await ctx.ask<GatewayReply>(
         gateway_,
         [&](troupe::ReplyTo<GatewayReply> r) {
           return GatewayRequest{ctx.id(), s.order_id, s.amount, std::move(r)};
         },
-        processing_timeout_ + std::chrono::seconds(1),
-        [](troupe::Result<GatewayReply> r) { return GatewayAnswered{std::move(r)}; });
+        processing_timeout_ + std::chrono::seconds(1));
+    Effect outcome = !answer.ok()           ? Effect::persist(SettlementFailed{answer.error().to_string()})
+                     : !answer->approved    ? Effect::persist(SettlementDeclined{answer->code})
+                                            : Effect::persist(SettlementSucceeded{answer->code});
+    // A finished payment rarely hears from its client again: free it.
+    co_return std::move(outcome).then([this, &ctx](const State& st) { answer_client(st, ctx); }).then_passivate();
   }
 
   void answer_client(const State& s, Context& ctx) {

@@ -94,9 +94,15 @@ struct PaymentService::Impl {
     latency->observe_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 
-  // Runs one settlement through the process manager and answers `out`
-  // with its outcome (service_routes.cpp).
-  void settle(SettleOrder order, http::Responder out);
+  // The routes' coroutines (service_routes.cpp), each answering `out`:
+  // one settlement through the process manager, with its outcome; a
+  // payment created without settling; the settlement of a created one; a
+  // cancel; a status read.
+  troupe::Task<> settle(SettleOrder order, http::Responder out);
+  troupe::Task<> create(SettleOrder o, http::Responder out);
+  troupe::Task<> settle_created(SettleOrder o, http::Responder out);
+  troupe::Task<> cancel(std::string id, http::Responder out);
+  troupe::Task<> status(std::string id, http::Responder out);
 
   // The payment API (service_routes.cpp).
   http::Router routes();

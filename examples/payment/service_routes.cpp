@@ -1,6 +1,9 @@
 // The payment service's HTTP API (doc/payment.md): the routes, how a
 // settlement is answered, and how errors map to statuses. The service is
-// wired in service.cpp.
+// wired in service.cpp. A route checks its input on the server's thread,
+// then hands the request to a coroutine (troupe::Task, started detached)
+// that awaits the payment and answers; it resumes on the thread that
+// completes what it awaits, as a Future continuation would.
 
 #include <cstdint>
 #include <string>
@@ -60,25 +63,77 @@ json status_json(const std::string& id, const PaymentStatus& st) {
           {"events", st.events}};
 }
 
-void PaymentService::Impl::settle(SettleOrder order, http::Responder out) {
+troupe::Task<> PaymentService::Impl::settle(SettleOrder order, http::Responder out) {
   auto start = std::chrono::steady_clock::now();
   std::string id = order.id;
-  auto f = settlements->submit(std::move(order), shared);
-  std::move(f).then([this, id, start, out = std::move(out)](Result<PaymentStatus> r) mutable {
-    if (!r.ok()) {
-      count(r.error().code() == ErrorCode::buffer_overflow ? "refused" : "error", start);
-      out.respond(error_response(r.error()));
-      return;
-    }
-    const auto& s = r->state;
-    const char* outcome = s.phase == Phase::completed                ? "completed"
-                          : s.failure == Failure::declined           ? "declined"
-                          : s.failure == Failure::timed_out          ? "timed_out"
-                          : s.failure == Failure::gateway_error      ? "gateway_error"
-                                                                     : "other";
-    count(outcome, start);
-    out.respond(http::Response::json(200, status_json(id, *r).dump()));
-  });
+  Result<PaymentStatus> r = co_await settlements->submit(std::move(order), shared);
+  if (!r.ok()) {
+    count(r.error().code() == ErrorCode::buffer_overflow ? "refused" : "error", start);
+    out.respond(error_response(r.error()));
+    co_return;
+  }
+  const auto& s = r->state;
+  const char* outcome = s.phase == Phase::completed                ? "completed"
+                        : s.failure == Failure::declined           ? "declined"
+                        : s.failure == Failure::timed_out          ? "timed_out"
+                        : s.failure == Failure::gateway_error      ? "gateway_error"
+                                                                   : "other";
+  count(outcome, start);
+  out.respond(http::Response::json(200, status_json(id, *r).dump()));
+}
+
+troupe::Task<> PaymentService::Impl::create(SettleOrder o, http::Responder out) {
+  Result<PaymentStatus> st = co_await shared->payments.ask<PaymentStatus>(
+      o.id, [&](troupe::ReplyTo<PaymentStatus> rt) { return Create{o.customer, o.order_id, o.amount, std::move(rt)}; },
+      10s);
+  if (!st.ok()) {
+    out.respond(error_response(st.error()));
+    co_return;
+  }
+  out.respond(http::Response::json(201, status_json(o.id, *st).dump()));
+}
+
+troupe::Task<> PaymentService::Impl::settle_created(SettleOrder o, http::Responder out) {
+  // The lock key: a created payment knows its customer.
+  Result<PaymentStatus> st = co_await shared->payments.ask<PaymentStatus>(
+      o.id, [](troupe::ReplyTo<PaymentStatus> rt) { return GetStatus{std::move(rt)}; }, 10s);
+  if (!st.ok()) {
+    out.respond(error_response(st.error()));
+    co_return;
+  }
+  if (st->state.customer.empty()) {
+    out.respond(http::Response::error(400, "invalid_argument",
+                                      "payment '" + o.id + "' was not created: give customer, order_id and amount"));
+    co_return;
+  }
+  o.customer = st->state.customer;
+  co_await settle(std::move(o), std::move(out));
+}
+
+troupe::Task<> PaymentService::Impl::cancel(std::string id, http::Responder out) {
+  Result<PaymentStatus> st = co_await shared->payments.ask<PaymentStatus>(
+      id, [](troupe::ReplyTo<PaymentStatus> rt) { return Cancel{std::move(rt)}; },
+      // A settlement in progress first: the cancel waits for its outcome.
+      settings.processing_timeout + 5s);
+  if (!st.ok()) {
+    out.respond(error_response(st.error()));
+    co_return;
+  }
+  // 200 with "refunded" above 0: the refund is stored with the cancel,
+  // and the outbox pays it back (service.cpp). Nothing more to ask for.
+  out.respond(http::Response::json(200, status_json(id, *st).dump()));
+}
+
+troupe::Task<> PaymentService::Impl::status(std::string id, http::Responder out) {
+  Result<PaymentStatus> st = co_await shared->payments.ask<PaymentStatus>(
+      id, [](troupe::ReplyTo<PaymentStatus> rt) { return GetStatus{std::move(rt)}; }, 10s);
+  if (!st.ok()) {
+    out.respond(error_response(st.error()));
+  } else if (st->events == 0) {
+    out.respond(http::Response::error(404, "not_found", "no payment '" + id + "'"));
+  } else {
+    out.respond(http::Response::json(200, status_json(id, *st).dump()));
+  }
 }
 
 http::Router PaymentService::Impl::routes() {
@@ -119,14 +174,8 @@ http::Router PaymentService::Impl::routes() {
     }
     if (o.id.empty()) o.id = "pay-" + o.order_id;  // one payment per order: a retried POST finds it
     bool settle_now = j->value("settle", true);
-    if (settle_now) return settle(std::move(o), std::move(out));
-    auto f = shared->payments.ask<PaymentStatus>(
-        o.id, [&](troupe::ReplyTo<PaymentStatus> rt) { return Create{o.customer, o.order_id, o.amount, std::move(rt)}; },
-        10s);
-    std::move(f).then([id = o.id, out = std::move(out)](Result<PaymentStatus> st) mutable {
-      if (!st.ok()) return out.respond(error_response(st.error()));
-      out.respond(http::Response::json(201, status_json(id, *st).dump()));
-    });
+    if (settle_now) return troupe::detach(settle(std::move(o), std::move(out)));
+    troupe::detach(create(std::move(o), std::move(out)));
   });
 
   r.add("POST", "/payments/{id}/settle", [this, parse, fields](http::Request& req, http::Responder out) {
@@ -135,47 +184,15 @@ http::Router PaymentService::Impl::routes() {
     SettleOrder o;
     if (!fields(*j, o, out)) return;
     o.id = req.params["id"];
-    if (o.customer.empty()) {
-      // The lock key: a created payment knows its customer.
-      auto st = shared->payments.ask<PaymentStatus>(
-          o.id, [](troupe::ReplyTo<PaymentStatus> rt) { return GetStatus{std::move(rt)}; }, 10s);
-      std::move(st).then([this, o = std::move(o), out = std::move(out)](Result<PaymentStatus> s) mutable {
-        if (!s.ok()) return out.respond(error_response(s.error()));
-        if (s->state.customer.empty()) {
-          return out.respond(http::Response::error(
-              400, "invalid_argument", "payment '" + o.id + "' was not created: give customer, order_id and amount"));
-        }
-        o.customer = s->state.customer;
-        settle(std::move(o), std::move(out));
-      });
-      return;
-    }
-    settle(std::move(o), std::move(out));
+    if (o.customer.empty()) return troupe::detach(settle_created(std::move(o), std::move(out)));
+    troupe::detach(settle(std::move(o), std::move(out)));
   });
 
   r.add("POST", "/payments/{id}/cancel", [this](http::Request& req, http::Responder out) {
-    std::string id = req.params["id"];
-    auto f = shared->payments.ask<PaymentStatus>(
-        id, [](troupe::ReplyTo<PaymentStatus> rt) { return Cancel{std::move(rt)}; },
-        // A settlement in progress first: the cancel waits for its outcome.
-        settings.processing_timeout + 5s);
-    std::move(f).then([id, out = std::move(out)](Result<PaymentStatus> st) mutable {
-      if (!st.ok()) return out.respond(error_response(st.error()));
-      // 200 with "refunded" above 0: the refund is stored with the cancel,
-      // and the outbox pays it back (service.cpp). Nothing more to ask for.
-      out.respond(http::Response::json(200, status_json(id, *st).dump()));
-    });
+    troupe::detach(cancel(req.params["id"], std::move(out)));
   });
-
   r.add("GET", "/payments/{id}", [this](http::Request& req, http::Responder out) {
-    std::string id = req.params["id"];
-    auto f = shared->payments.ask<PaymentStatus>(
-        id, [](troupe::ReplyTo<PaymentStatus> rt) { return GetStatus{std::move(rt)}; }, 10s);
-    std::move(f).then([id, out = std::move(out)](Result<PaymentStatus> st) mutable {
-      if (!st.ok()) return out.respond(error_response(st.error()));
-      if (st->events == 0) return out.respond(http::Response::error(404, "not_found", "no payment '" + id + "'"));
-      out.respond(http::Response::json(200, status_json(id, *st).dump()));
-    });
+    troupe::detach(status(req.params["id"], std::move(out)));
   });
   r.add("GET", "/health", [](http::Request&, http::Responder out) {
     out.respond(http::Response::json(200, R"({"status":"ok"})"));

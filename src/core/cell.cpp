@@ -403,12 +403,16 @@ void CellBase::defer(Envelope* e) noexcept {
   x.deferred_tail = e;
 }
 
-// Drops what belonged to the ending incarnation: timers, receive timeout,
-// behaviour. Stashed messages go back to the front of the mailbox so that a
-// new incarnation sees them (or terminate() reports them).
+// Drops what belonged to the ending incarnation: suspended coroutine
+// handlers, timers, receive timeout, behaviour. Stashed messages go back to
+// the front of the mailbox so that a new incarnation sees them (or
+// terminate() reports them).
 void CellBase::reset_incarnation() noexcept {
   auto* x = extras_if();
   if (!x) return;
+  // Suspended coroutine handlers go first, while the object they belong to
+  // is alive; what they awaited is dropped when it arrives.
+  if (x->handlers) drop_handlers(*x);
   for (auto& s : x->timers) {
     system_->timers.cancel(s.node);
     s.node->release();

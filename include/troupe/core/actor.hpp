@@ -19,10 +19,19 @@
 // and stop itself. Those members may be called only from the actor's own
 // handlers and hooks (they touch state owned by the running activation).
 //
+// A handler may be a coroutine: `troupe::Task<> receive(Msg m)` (the message
+// by value: it lives in the coroutine's frame). It runs until its first
+// co_await, and resumes in this actor, as a message of its own. Meanwhile the
+// actor keeps receiving: other messages run between a handler's co_awaits
+// (never concurrently with it), so state read before a co_await may have
+// changed after it. A stop or restart destroys suspended handlers (their
+// frames and locals), and what they awaited is dropped (doc/coroutines.md).
+//
 // This header is the contract. The machinery behind it lives in
 // troupe/core/detail/: typed cells and message dispatch (typed_cell.hpp),
 // timers (actor_timers.hpp), watches (actor_watch.hpp), asks (actor_ask.hpp)
-// and spawning (spawn.hpp); futures and reply targets are in future.hpp.
+// and spawning (spawn.hpp), coroutine handlers (actor_await.hpp); futures
+// and reply targets are in future.hpp, coroutines in task.hpp.
 
 #include <concepts>
 #include <cstdint>
@@ -38,6 +47,7 @@
 #include "troupe/core/detail/typed_cell.hpp"
 #include "troupe/core/future.hpp"
 #include "troupe/core/result.hpp"
+#include "troupe/core/task.hpp"
 
 namespace troupe {
 
@@ -191,11 +201,18 @@ const std::string& ActorRef<Msg>::name() const {
 // Actor
 
 namespace detail {
+template <class R, class M, class Make>
+class AskAwaitable;
+// A coroutine receive: Task<> receive(Msg).
+template <class A>
+concept CoroutineReceive = requires(A& a, typename A::message_type&& m) {
+  { a.receive(std::move(m)) } -> std::same_as<Task<>>;
+};
 // What spawn<A> requires of an actor class A.
 template <class A>
-concept ActorType = requires(A& a, typename A::message_type& m) {
+concept ActorType = (requires(A& a, typename A::message_type& m) {
   { a.receive(m) };
-} && std::derived_from<A, Actor<typename A::message_type>>;
+} || CoroutineReceive<A>) && std::derived_from<A, Actor<typename A::message_type>>;
 }  // namespace detail
 
 // Base of every actor class. Holds only a pointer to the runtime cell; the
@@ -296,6 +313,15 @@ class Actor {
   // or timeout / dead_letter / mailbox_full / no_reply. Exactly once.
   template <class R, class M, class Make, class K>
   void ask(const ActorRef<M>& target, Make&& make, Duration timeout, K&& k);
+  // The same for a coroutine handler: `auto r = co_await ask<R>(target,
+  // make, timeout);` sends the request and yields the Result<R>; the
+  // handler resumes in this actor. Awaited elsewhere: invalid_argument.
+  template <class R, class M, class Make>
+  auto ask(const ActorRef<M>& target, Make&& make, Duration timeout)
+      -> detail::AskAwaitable<R, M, std::decay_t<Make>>;
+
+  // Runs `task` now as a handler of this actor, like a coroutine receive().
+  void start_task(Task<> task);
 
   // Spawns a child: it stops when this actor stops. Same arguments as
   // ActorSystem::spawn.
@@ -330,6 +356,7 @@ decltype(auto) match(V&& v, Fs&&... fs) {
 // The machinery behind Actor's members; each of these includes this header
 // first, so either may be included on its own.
 #include "troupe/core/detail/actor_ask.hpp"     // IWYU pragma: export
+#include "troupe/core/detail/actor_await.hpp"   // IWYU pragma: export
 #include "troupe/core/detail/actor_timers.hpp"  // IWYU pragma: export
 #include "troupe/core/detail/actor_watch.hpp"   // IWYU pragma: export
 #include "troupe/core/detail/spawn.hpp"         // IWYU pragma: export

@@ -29,6 +29,7 @@
 #include "troupe/core/actor.hpp"
 #include "troupe/core/clock.hpp"
 #include "troupe/core/result.hpp"
+#include "troupe/core/task.hpp"
 
 namespace troupe {
 
@@ -147,6 +148,14 @@ class [[nodiscard]] Effect {
     to.fail(std::move(e));
     return none();
   }
+  // Handles the command with the coroutine `task` (it may co_await
+  // EntityContext::persist, asks and futures); the Effect it returns is
+  // carried out as the handler's. Stands alone: nothing may be chained.
+  static Effect await(Task<Effect> task) {
+    Effect x;
+    x.task_ = std::move(task);
+    return x;
+  }
 
   // Runs f(state) (or f()) after the events are applied.
   template <class F>
@@ -180,12 +189,15 @@ class [[nodiscard]] Effect {
   std::vector<std::unique_ptr<detail::Step<State>>>& steps() noexcept { return steps_; }
   bool stashes() const noexcept { return stash_; }
   After after() const noexcept { return after_; }
+  bool awaits() const noexcept { return static_cast<bool>(task_); }
+  Task<Effect>& task() noexcept { return task_; }
 
  private:
   std::vector<Event> events_;
   std::vector<std::unique_ptr<detail::Step<State>>> steps_;
   bool stash_ = false;
   After after_ = After::none;
+  Task<Effect> task_;
 };
 
 }  // namespace troupe

@@ -31,6 +31,21 @@
 // recovery wait and are handled after it), passivated when idle (E5) and
 // stopped gracefully on shutdown (E6).
 //
+// Coroutine handlers. A command may be handled by a coroutine: the command
+// handler returns Effect::await(task) for a troupe::Task<Effect> that may
+// `co_await ctx.persist(event)` (stored and folded, in one append, like an
+// effect's events), `co_await ctx.ask<R>(...)` and `co_await` any Future,
+// and returns the Effect that ends it. It resumes in the entity; the
+// command it was given stays alive until it ends. Meanwhile the entity keeps
+// handling commands (a processing state stashes them or answers reads, as
+// ever). A handler suspended in a processing episode belongs to it: if the
+// episode ends first (its deadline stored the timeout event, or another
+// command's event left it), the handler is destroyed, so what it awaited is
+// never acted on (E2), and its command, if unanswered, gets an error. A
+// stop destroys a handler that waits outside an episode (a stop waits for
+// an episode, E6). One handler runs at a time; another command handled by
+// a coroutine meanwhile starts when it ends. doc/coroutines.md.
+//
 // Replies. A command that expects an answer carries a `ReplyTo<R> reply_to`
 // member. The runtime enforces answers at run time: a command handled
 // without replying (not answered, not moved into a then_reply step, not
@@ -131,6 +146,8 @@ template <class B>
 struct ShardIn;
 template <class B>
 class EntityActor;
+template <class B>
+class EntityPersist;
 }  // namespace detail
 
 // An entity's window on the runtime, passed to its command handler. Valid
@@ -156,6 +173,18 @@ class EntityContext {
   // handles like any other (e.g. the settlement gateway's answer).
   template <class R, class M, class Make, class ToCmd>
   void ask(const ActorRef<M>& target, Make&& make, Duration timeout, ToCmd to_command);
+
+  // In a coroutine handler (Effect::await) only. `co_await ctx.persist(e)`
+  // stores the events in one append and folds them; yields the append's
+  // Result<void> (on a failure the entity stops, as for any effect).
+  // `co_await ctx.ask<R>(target, make, timeout)` yields the reply. Both
+  // resume in this entity.
+  detail::EntityPersist<B> persist(typename B::Event e);
+  detail::EntityPersist<B> persist(std::vector<typename B::Event> events);
+  template <class R, class M, class Make>
+  auto ask(const ActorRef<M>& target, Make&& make, Duration timeout);
+  // The entity's state now (what a handler's `const State&` also shows).
+  const typename B::State& state() const noexcept;
 
  private:
   friend class detail::EntityActor<B>;

@@ -59,6 +59,7 @@ std::string_view to_string(ExitReason r) noexcept;
 namespace detail {
 
 class CellBase;
+class HandlerFrame;
 class SystemImpl;
 class TimerService;
 
@@ -160,6 +161,10 @@ struct Extras : Pooled {
 
   // behaviours replaced during the current message, freed after it
   std::vector<std::pair<void*, void (*)(void*)>> retired;
+
+  // coroutine handlers suspended now (coroutine.hpp), destroyed at a stop
+  // or restart
+  HandlerFrame* handlers = nullptr;
 
   ~Extras();
 };

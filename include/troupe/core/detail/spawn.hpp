@@ -53,6 +53,14 @@ ActorRef<typename A::message_type> spawn_cell(SystemImpl& sys, CellBase* parent,
 template <class A, class... Args>
 ActorRef<typename A::message_type> spawn_under(SystemImpl& sys, CellBase* parent, Args&&... args) {
   static_assert(ActorType<A>, "A must derive from Actor<Msg> and have receive(Msg&)");
+  static_assert(!requires(A& a, typename A::message_type& m) {
+    { a.receive(m) } -> std::same_as<Task<>>;
+  } || CoroutineReceive<A>, "a coroutine receive takes its message by value: Task<> receive(Msg m)");
+  if constexpr (CoroutineReceive<A> && requires { &A::receive; }) {
+    static_assert(std::is_same_v<decltype(&A::receive), Task<> (A::*)(typename A::message_type)>,
+                  "a coroutine receive takes its message by value: Task<> receive(Msg m) (a reference "
+                  "would dangle after its first co_await)");
+  }
   if constexpr (first_is_spawn_options<Args...>) {
     return [&]<class O, class... Rest>(O&& o, Rest&&... rest) {
       return spawn_cell<A>(sys, parent, o, std::forward<Rest>(rest)...);

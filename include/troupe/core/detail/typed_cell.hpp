@@ -18,6 +18,7 @@
 
 #include "troupe/core/clock.hpp"
 #include "troupe/core/detail/cell.hpp"
+#include "troupe/core/detail/coroutine.hpp"
 #include "troupe/core/result.hpp"
 
 namespace troupe {
@@ -150,6 +151,10 @@ class CellImpl final : public TypedCell<typename A::message_type> {
   void dispatch(Msg& m) override {
     if (void* b = this->behavior()) [[unlikely]] {
       (*static_cast<std::function<void(Msg&)>*>(b))(m);
+    } else if constexpr (requires(A& a) {
+                           { a.receive(std::move(m)) } -> std::same_as<Task<>>;
+                         }) {
+      start_handler(*this, obj().receive(std::move(m)), RethrowFailure{});
     } else {
       obj().receive(m);
     }

@@ -5,8 +5,8 @@
 // Effect (persist, fold, then-steps, stash / unstash / stop). The command
 // path is defined here, inline; storing effects (entity_persist.hpp),
 // processing episodes (entity_episode.hpp), recovery (entity_recovery.hpp)
-// and stopping (entity_stop.hpp) are defined in the headers included at the
-// end. Included by registry_core.hpp (include troupe/persist/entity.hpp
+// stopping (entity_stop.hpp) and coroutine handlers (entity_handler.hpp)
+// are defined in the headers included at the end. Included by registry_core.hpp (include troupe/persist/entity.hpp
 // instead); not part of the public API.
 
 #include <cstdint>
@@ -75,7 +75,17 @@ class EntityActor final : public Actor<EntityIn<B>> {
 
  private:
   friend class EntityContext<B>;
+  friend class EntityPersist<B>;
   enum class Phase : std::uint8_t { recovering, running, failed };
+  // The command being handled, at an address that stays put for a
+  // coroutine handler that keeps it (entity_handler.hpp).
+  struct CommandBox : Pooled {
+    explicit CommandBox(Command&& c) : cmd(std::move(c)) {}
+    Command cmd;
+  };
+  struct Run;
+  struct RunDone;
+  struct RunPersisted;
 
   std::string pid() const { return core_->settings.type_name + "|" + id_; }
   void log(std::string_view what) const {
@@ -127,8 +137,12 @@ class EntityActor final : public Actor<EntityIn<B>> {
         on_deadline(ep);
         continue;
       }
+      if (run_ ? run_->parked.has_value() : !waiting_runs_.empty()) [[unlikely]] {
+        continue_runs();
+        continue;
+      }
       if (pending_head_ == pending_.size()) break;
-      Command c = std::move(pending_[pending_head_++]);
+      std::unique_ptr<CommandBox> c(new CommandBox(std::move(pending_[pending_head_++])));
       if (pending_head_ == pending_.size()) {
         pending_.clear();
         pending_head_ = 0;
@@ -138,7 +152,8 @@ class EntityActor final : public Actor<EntityIn<B>> {
     try_finish_stop();
   }
 
-  void handle(Command& c) {
+  void handle(std::unique_ptr<CommandBox>& box) {
+    Command& c = box->cmd;
     // A throwing handler changed nothing (it sees the state as const): that
     // command fails, the entity and everything queued behind it carry on.
     std::optional<Eff> got;
@@ -150,6 +165,18 @@ class EntityActor final : public Actor<EntityIn<B>> {
       return handler_threw(c, "unknown exception");
     }
     Eff& eff = *got;
+    if (eff.awaits()) [[unlikely]] return begin_run(std::move(box), std::move(eff.task()));
+    stash_or_check_reply(c, eff);
+    if (!eff.events().empty()) {
+      start_persist(std::move(eff), false);
+    } else {
+      finish_effect(eff);
+    }
+  }
+
+  // After a handler decided: keep the command if its effect stashes, else
+  // make sure it was answered.
+  void stash_or_check_reply(Command& c, Eff& eff) {
     if (eff.stashes()) {
       if (stash_.size() >= core_->settings.stash_capacity) {
         overflow(c, "commands stashed");
@@ -158,11 +185,6 @@ class EntityActor final : public Actor<EntityIn<B>> {
       }
     } else {
       enforce_reply(c);
-    }
-    if (!eff.events().empty()) {
-      start_persist(std::move(eff), false);
-    } else {
-      finish_effect(eff);
     }
   }
 
@@ -220,6 +242,19 @@ class EntityActor final : public Actor<EntityIn<B>> {
     pending_head_ = 0;
   }
 
+  // --- coroutine handlers (entity_handler.hpp) --------------------------------
+
+  void begin_run(std::unique_ptr<CommandBox> box, Task<Eff> task);
+  void start_run(std::unique_ptr<Run> run);
+  void continue_runs();
+  void finish_run(Result<Eff> r);
+  void finish_run_effect(Result<Eff> r);
+  Future<void> run_persist(std::vector<Event> events);
+  void run_persisted(bool ok);
+  void end_of_episode(std::uint64_t ended);
+  void drop_run(std::unique_ptr<Run> run, const Error& e);
+  void drop_runs(const Error& e);
+
   // --- persisting (entity_persist.hpp) ---------------------------------------
 
   void start_persist(Eff&& eff, bool is_timeout);
@@ -270,6 +305,8 @@ class EntityActor final : public Actor<EntityIn<B>> {
   std::vector<Command> pending_;
   std::size_t pending_head_ = 0;
   std::vector<Command> stash_;
+  std::unique_ptr<Run> run_;                       // the coroutine handler in progress
+  std::vector<std::unique_ptr<Run>> waiting_runs_;  // coroutine handlers not started yet
   std::unique_ptr<Eff> inflight_;
   std::int64_t inflight_ts_ = 0;
   std::unique_ptr<Error> recovery_error_;
@@ -281,6 +318,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
   bool stop_asked_ = false;
   bool stop_requested_ = false;
   bool immediate_stop_ = false;
+  bool starting_run_ = false;  // a coroutine handler runs its first part
 };
 
 }  // namespace detail
@@ -323,6 +361,7 @@ void EntityContext<B>::ask(const ActorRef<M>& target, Make&& make, Duration time
 
 // The rest of the entity actor's members, and the shard that spawns it.
 #include "troupe/persist/detail/entity_episode.hpp"   // IWYU pragma: export
+#include "troupe/persist/detail/entity_handler.hpp"   // IWYU pragma: export
 #include "troupe/persist/detail/entity_persist.hpp"   // IWYU pragma: export
 #include "troupe/persist/detail/entity_recovery.hpp"  // IWYU pragma: export
 #include "troupe/persist/detail/entity_stop.hpp"      // IWYU pragma: export

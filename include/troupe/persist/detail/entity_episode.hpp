@@ -34,6 +34,7 @@ void EntityActor<B>::apply(const Event& e, std::uint64_t seq, std::int64_t ts_ms
     if (phase_ == Phase::running) arm_deadline();
   } else if (!p && in_processing_) {
     in_processing_ = false;
+    if (run_) end_of_episode(episode_);  // E2: a handler awaiting in it never resumes
     core_->processing.leave(id_);
     if (phase_ == Phase::running) this->cancel_timer(kDeadlineKey);
     unstash_all();

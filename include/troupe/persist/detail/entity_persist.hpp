@@ -99,6 +99,7 @@ void EntityActor<B>::event_handler_threw(Eff& eff, std::string_view what) {
   log(msg);
   Error err(ErrorCode::handler_failed, "entity '" + pid() + "': " + msg);
   for (auto& s : eff.steps()) s->fail(err);
+  drop_runs(err);
   this->cancel_timer(kDeadlineKey);
   if (in_processing_) core_->processing.leave(id_);
   in_processing_ = false;

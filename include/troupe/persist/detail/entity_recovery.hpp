@@ -86,6 +86,7 @@ void EntityActor<B>::fail_recovery(Error cause) {
 
 template <class B>
 void EntityActor<B>::fail_all(const Error& e) {
+  drop_runs(e);
   for (std::size_t i = pending_head_; i < pending_.size(); ++i) core_->fail_command(pending_[i], e);
   for (auto& c : stash_) core_->fail_command(c, e);
   pending_.clear();

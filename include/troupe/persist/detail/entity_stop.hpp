@@ -29,7 +29,7 @@ void EntityActor<B>::ask_to_stop() {
 template <class B>
 void EntityActor<B>::on_idle() {
   Duration quiet = this->now() - last_activity_;
-  bool busy = in_processing_ || persisting_ || !stash_.empty() || pending_size();
+  bool busy = in_processing_ || persisting_ || !stash_.empty() || pending_size() || run_ || !waiting_runs_.empty();
   if (quiet >= core_->settings.idle_timeout && !busy) ask_to_stop();
 }
 
@@ -57,6 +57,9 @@ void EntityActor<B>::try_finish_stop() {
     if (phase_ == Phase::recovering) return;  // recovery decides whether this is a processing state
     if (phase_ == Phase::running && pending_size()) return;
   }
+  // A coroutine handler waiting outside an episode ends here.
+  if (run_ || !waiting_runs_.empty())
+    drop_runs(Error(ErrorCode::shutting_down, "entity '" + pid() + "' stopped while its handler awaited"));
   // Whatever is left goes back to the shard, for the next incarnation.
   std::vector<Command> left;
   left.reserve(stash_.size() + pending_size());
