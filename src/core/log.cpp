@@ -26,9 +26,6 @@ static_assert(static_cast<int>(Level::info) == 2);
 
 namespace {
 
-constexpr std::string_view kLevelNames[] = {"trace", "debug", "info", "warn", "error", "off"};
-constexpr std::string_view kComponentNames[] = {"core", "net", "persist", "patterns", "cluster", "node", "app"};
-static_assert(std::size(kComponentNames) == kComponents);
 
 // What configure() set up, shared by the lines being written with it.
 struct Backend {
@@ -174,10 +171,10 @@ void format_text(std::string& line, Component c, Level l, std::string_view msg,
                  std::initializer_list<Field> fields, const Backend& b) {
   timestamp(line);
   line += ' ';
-  auto name = kLevelNames[static_cast<std::size_t>(l)];
+  auto name = to_string(l);
   line += name;
   line.append(6 - name.size(), ' ');
-  line += kComponentNames[static_cast<std::size_t>(c)];
+  line += to_string(c);
   if (const TraceContext* t = current_trace()) {
     line += " [";
     std::size_t at = line.size();
@@ -201,9 +198,9 @@ void format_json(std::string& line, Component c, Level l, std::string_view msg,
   line += "{\"ts\":\"";
   timestamp(line);
   line += "\",\"level\":\"";
-  line += kLevelNames[static_cast<std::size_t>(l)];
+  line += to_string(l);
   line += "\",\"component\":\"";
-  line += kComponentNames[static_cast<std::size_t>(c)];
+  line += to_string(c);
   line += "\",\"msg\":\"";
   json_escape(line, msg);
   line += '"';
@@ -226,22 +223,6 @@ void format_json(std::string& line, Component c, Level l, std::string_view msg,
 }
 
 }  // namespace
-
-std::string_view to_string(Level l) noexcept { return kLevelNames[static_cast<std::size_t>(l)]; }
-std::string_view to_string(Component c) noexcept { return kComponentNames[static_cast<std::size_t>(c)]; }
-
-std::optional<Level> parse_level(std::string_view name) noexcept {
-  if (name == "warning") return Level::warn;
-  for (std::size_t i = 0; i < std::size(kLevelNames); ++i)
-    if (kLevelNames[i] == name) return static_cast<Level>(i);
-  return std::nullopt;
-}
-
-std::optional<Component> parse_component(std::string_view name) noexcept {
-  for (std::size_t i = 0; i < kComponents; ++i)
-    if (kComponentNames[i] == name) return static_cast<Component>(i);
-  return std::nullopt;
-}
 
 Result<void> configure(const Config& config) {
   auto b = std::make_shared<Backend>();

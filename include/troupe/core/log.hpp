@@ -57,7 +57,8 @@ std::optional<Level> parse_level(std::string_view name) noexcept;
 std::optional<Component> parse_component(std::string_view name) noexcept;
 
 // One structured field of a line: a key and a text, integer, real or
-// boolean value. Holds views: build fields in the logging call itself.
+// boolean value. Holds views (it owns nothing): build fields in the logging
+// call itself. No thread safety of its own.
 struct Field {
   enum class Kind : std::uint8_t { text, integer, unsigned_integer, real, boolean };
 
@@ -88,7 +89,8 @@ struct Field {
   bool boolean = false;
 };
 
-// Where lines go and which are kept. A plain value.
+// Where lines go and which are kept. A plain value (copies share nothing
+// but the sink function); no thread safety of its own.
 struct Config {
   Level level = Level::info;                            // every component's minimum level...
   std::vector<std::pair<Component, Level>> levels{};    // ...unless set here for it

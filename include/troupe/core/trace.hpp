@@ -31,7 +31,7 @@ struct TraceBox;
 }  // namespace detail
 
 // A trace id: 16 bytes, shown as 32 lowercase hex digits. All zeroes is no
-// trace. A value type.
+// trace. A plain value: copy it freely; no thread safety of its own.
 struct TraceId {
   std::array<std::uint8_t, 16> bytes{};
 
@@ -46,6 +46,7 @@ struct TraceId {
 };
 
 // A span id (traceparent's parent-id): 8 bytes, 16 lowercase hex digits.
+// A plain value, like TraceId.
 struct SpanId {
   std::array<std::uint8_t, 8> bytes{};
 
