@@ -5,6 +5,8 @@
 #include "service_impl.hpp"
 
 #include <cstdio>
+
+#include "troupe/core/log.hpp"
 #include <utility>
 
 namespace payment {
@@ -31,6 +33,8 @@ class HttpGateway final : public troupe::Actor<GatewayMsg> {
     troupe::match(
         m,
         [&](GatewayRequest& r) {
+          // Under the payment's trace: the client sends it on as traceparent.
+          troupe::log::debug(troupe::log::Component::app, "asking the gateway to settle", {{"payment", r.payment_id}});
           http::ClientRequest req;
           req.method = "POST";
           req.target = "/settle";

@@ -3,10 +3,13 @@
 // wired in service.cpp.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "service_impl.hpp"
+#include "troupe/core/log.hpp"
+#include "troupe/core/trace.hpp"
 
 namespace payment {
 
@@ -65,9 +68,19 @@ json status_json(const std::string& id, const PaymentStatus& st) {
 void PaymentService::Impl::settle(SettleOrder order, http::Responder out) {
   auto start = std::chrono::steady_clock::now();
   std::string id = order.id;
+  // The HTTP server runs this handler under the request's trace (its
+  // traceparent, or a new one); the answer may come back on another
+  // thread, so the trace is taken along to log under it there too.
+  const troupe::TraceContext* current = troupe::current_trace();
+  std::optional<troupe::TraceContext> trace = current ? std::optional(*current) : std::nullopt;
+  namespace log = troupe::log;
+  log::debug(log::Component::app, "settlement requested", {{"payment", id}, {"amount", order.amount}});
   auto f = settlements->submit(std::move(order), shared);
-  std::move(f).then([this, id, start, out = std::move(out)](Result<PaymentStatus> r) mutable {
+  std::move(f).then([this, id, start, trace, out = std::move(out)](Result<PaymentStatus> r) mutable {
+    std::optional<troupe::TraceScope> scope;
+    if (trace) scope.emplace(*trace);
     if (!r.ok()) {
+      log::debug(log::Component::app, "settlement failed", {{"payment", id}, {"error", r.error().to_string()}});
       count(r.error().code() == ErrorCode::buffer_overflow ? "refused" : "error", start);
       out.respond(error_response(r.error()));
       return;
@@ -79,6 +92,7 @@ void PaymentService::Impl::settle(SettleOrder order, http::Responder out) {
                           : s.failure == Failure::gateway_error      ? "gateway_error"
                                                                      : "other";
     count(outcome, start);
+    log::debug(log::Component::app, "settlement answered", {{"payment", id}, {"outcome", outcome}});
     out.respond(http::Response::json(200, status_json(id, *r).dump()));
   });
 }
