@@ -197,8 +197,9 @@ app = "trace"
   EXPECT_EQ(c->log.level, troupe::log::Level::warn);
   EXPECT_EQ(c->log.format, troupe::log::Format::json);
   using L = std::vector<std::pair<troupe::log::Component, troupe::log::Level>>;
-  EXPECT_EQ(c->log.levels, (L{{troupe::log::Component::cluster, troupe::log::Level::debug},
-                              {troupe::log::Component::app, troupe::log::Level::trace}}));
+  EXPECT_EQ(c->log.levels, (L{{troupe::log::Component::app, troupe::log::Level::trace},
+                              {troupe::log::Component::cluster, troupe::log::Level::debug}}))
+      << "in key order";
   auto lc = c->log_config();
   EXPECT_EQ(lc.file, "/tmp/pay/node.log") << "a relative file is under node.data_dir";
   ASSERT_EQ(lc.fields.size(), 1u);
