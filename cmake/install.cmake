@@ -105,7 +105,7 @@ endfunction()
 # Dependencies of the installed package, as pkg-config modules. A new
 # dependency of a layer is one word here (and one line in troupeConfig.cmake.in
 # and in TROUPE_DEB_DEPENDS below), e.g. spdlog for core, protobuf for a codec layer.
-troupe_pkg_config(core LIBS -pthread)
+troupe_pkg_config(core PRIVATE spdlog LIBS -pthread)
 troupe_pkg_config(net REQUIRES troupe-core)
 troupe_pkg_config(persist REQUIRES troupe-core PRIVATE sqlite3 libpq)
 troupe_pkg_config(patterns REQUIRES troupe-core troupe-persist)
@@ -122,6 +122,7 @@ set(TROUPE_PACKAGE_MAINTAINER "troupe maintainers <troupe@localhost>"
 # troupeConfig.cmake finds again), and pkg-config, which it uses for libpq
 # and hiredis.
 set(TROUPE_DEB_DEPENDS
+    libspdlog-dev
     libsqlite3-dev
     libpq-dev
     libhiredis-dev

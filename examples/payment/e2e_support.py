@@ -195,6 +195,21 @@ processing_timeout_ms = 5000
 """
 
 
+def clean_up(work, procs, *servers):
+    """Kills `procs`, stops `servers` (a Redis or Postgres; None is skipped)
+    and removes `work`, unless a check failed: then it says where the logs
+    are kept."""
+    for p in procs:
+        p.stop(signal.SIGKILL)
+    for s in servers:
+        if s:
+            s.stop()
+    if failures:
+        print(f"logs kept in {work}", flush=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def postgres_bin_dir():
     """The newest /usr/lib/postgresql/*/bin with initdb and pg_ctl, or None."""
     dirs = [d for d in glob.glob("/usr/lib/postgresql/*/bin")

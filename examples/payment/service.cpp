@@ -7,6 +7,8 @@
 
 #include <charconv>
 #include <cstdio>
+
+#include "troupe/core/log.hpp"
 #include <utility>
 
 #include "payment_wire.pb.h"
@@ -36,6 +38,8 @@ class HttpGateway final : public troupe::Actor<GatewayMsg> {
     troupe::match(
         m,
         [&](GatewayRequest& r) {
+          // Under the payment's trace: the client sends it on as traceparent.
+          troupe::log::debug(troupe::log::Component::app, "asking the gateway to settle", {{"payment", r.payment_id}});
           http::ClientRequest req;
           req.method = "POST";
           req.target = "/settle";

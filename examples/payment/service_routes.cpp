@@ -6,10 +6,13 @@
 // completes what it awaits, as a Future continuation would.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "service_impl.hpp"
+#include "troupe/core/log.hpp"
+#include "troupe/core/trace.hpp"
 
 namespace payment {
 
@@ -66,8 +69,14 @@ json status_json(const std::string& id, const PaymentStatus& st) {
 troupe::Task<> PaymentService::Impl::settle(SettleOrder order, http::Responder out) {
   auto start = std::chrono::steady_clock::now();
   std::string id = order.id;
+  // The HTTP server starts this coroutine under the request's trace (its
+  // traceparent, or a new one), and a co_await resumes under the trace it
+  // suspended in, so every line below logs under the request's trace.
+  namespace log = troupe::log;
+  log::debug(log::Component::app, "settlement requested", {{"payment", id}, {"amount", order.amount}});
   Result<PaymentStatus> r = co_await settlements->submit(std::move(order), shared);
   if (!r.ok()) {
+    log::debug(log::Component::app, "settlement failed", {{"payment", id}, {"error", r.error().to_string()}});
     count(r.error().code() == ErrorCode::buffer_overflow ? "refused" : "error", start);
     out.respond(error_response(r.error()));
     co_return;
@@ -79,6 +88,7 @@ troupe::Task<> PaymentService::Impl::settle(SettleOrder order, http::Responder o
                         : s.failure == Failure::gateway_error      ? "gateway_error"
                                                                    : "other";
   count(outcome, start);
+  log::debug(log::Component::app, "settlement answered", {{"payment", id}, {"outcome", outcome}});
   out.respond(http::Response::json(200, status_json(id, *r).dump()));
 }
 

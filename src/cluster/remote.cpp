@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -13,6 +12,7 @@
 #include "remote_envelope.hpp"
 #include "troupe/cluster/node_id.hpp"
 #include "troupe/cluster/transport.hpp"
+#include "troupe/core/log.hpp"
 
 namespace troupe::cluster {
 namespace detail {
@@ -167,13 +167,17 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
     for (auto& [req, p] : all) p.reply(Result<std::string_view>(e));
   }
 
-  void log(std::string_view line) {
-    std::fprintf(stderr, "troupe[%s] remoting: %.*s\n", node_id.c_str(), static_cast<int>(line.size()), line.data());
-  }
+  void log(std::string_view line) { log::warn(log::Component::cluster, line); }
 
   // Called on a transport thread for every data frame.
   void on_frame(std::string_view from, std::uint32_t type, std::string_view payload) {
     frames_in_.fetch_add(1, std::memory_order_relaxed);
+    // A command sent under a trace is delivered under it: the messages the
+    // inbox tells carry it on this node.
+    auto trace = take_trace(type, payload);
+    if (!trace.ok()) return refuse(from, static_cast<RemoteKind>(type), payload, trace.error());
+    std::optional<TraceScope> scope;
+    if (*trace) scope.emplace(**trace);
     auto parsed = parse_envelope(type, payload);
     if (!parsed.ok()) return refuse(from, static_cast<RemoteKind>(type), payload, parsed.error());
     Envelope& e = parsed.value();
@@ -201,6 +205,15 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
   Result<void> send(std::string_view node, RemoteKind kind, std::string_view frame) {
     if (stopped_.load(std::memory_order_acquire))
       return Error(ErrorCode::shutting_down, "remoting on node '" + node_id + "' is stopped");
+    if (troupe::detail::t_trace && send_traces && kind != RemoteKind::reply && kind != RemoteKind::shard_control)
+        [[unlikely]] {
+      // Sent under a trace: the trace goes first (doc/wire.md).
+      thread_local std::string traced;
+      traced.clear();
+      put_trace(traced, troupe::detail::t_trace->ctx);
+      traced.append(frame);
+      return transport->send(node, static_cast<std::uint32_t>(kind) | kTracedKind, traced);
+    }
     return transport->send(node, static_cast<std::uint32_t>(kind), frame);
   }
 
@@ -211,6 +224,7 @@ class RemotingCore : public std::enable_shared_from_this<RemotingCore>,
   }
 
   std::string node_id;
+  bool send_traces = true;  // Remoting::Settings::send_traces
   using ControlHandler = Remoting::ControlHandler;
   void set_control(ControlHandler h) {
     std::unique_lock lk(inbox_mu_);
@@ -354,6 +368,7 @@ Result<std::unique_ptr<Remoting>> Remoting::start(ActorSystem& system, Settings 
   if (auto ok = validate_node_id(settings.node_id); !ok.ok()) return std::move(ok).error();
   auto core = std::make_shared<detail::RemotingCore>(system, settings.forget_after);
   core->node_id = settings.node_id;
+  core->send_traces = settings.send_traces;
   TransportSettings ts;
   ts.node_id = settings.node_id;
   ts.listen_host = settings.listen_host;

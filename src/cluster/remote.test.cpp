@@ -22,6 +22,7 @@
 
 #include "troupe/cluster/transport.hpp"
 #include "troupe/core.hpp"
+#include "troupe/core/trace.hpp"
 
 namespace troupe::cluster {
 namespace {
@@ -134,6 +135,45 @@ class Remote : public ::testing::Test {
   ActorRef<EchoMsg> gate_;
   RemoteRef<EchoMsg> echo_, gated_;
 };
+
+// Records the trace each message arrives under ("" for none), and answers Echo.
+struct TraceSeen {
+  std::mutex mu;
+  std::vector<std::string> traces;
+  std::size_t size() {
+    std::lock_guard lk(mu);
+    return traces.size();
+  }
+};
+struct TraceRecorder : Actor<EchoMsg> {
+  explicit TraceRecorder(std::shared_ptr<TraceSeen> s) : seen(std::move(s)) {}
+  std::shared_ptr<TraceSeen> seen;
+  void receive(EchoMsg& m) {
+    {
+      std::lock_guard lk(seen->mu);
+      seen->traces.push_back(current_trace_id());
+    }
+    if (auto* e = std::get_if<Echo>(&m)) e->reply_to.reply(e->value);
+  }
+};
+
+// proves: X4
+TEST_F(Remote, ATellAndAnAskSentUnderATraceAreHandledUnderItOnTheOtherNode) {
+  auto seen = std::make_shared<TraceSeen>();
+  auto codecs = echo_codecs();
+  ASSERT_TRUE(b_.remoting->publish<EchoMsg>("traced", b_.system->spawn<TraceRecorder>(seen), *codecs).ok());
+  auto to = a_.remoting->remote<EchoMsg>("b", "traced", codecs);
+  auto ctx = TraceContext::generate();
+  {
+    TraceScope scope(ctx);
+    ASSERT_TRUE(to.tell(Open{}).ok());
+    ASSERT_TRUE(ask(to, 7).get().ok());
+  }
+  ASSERT_TRUE(ask(to, 8).get().ok());  // outside any trace
+  ASSERT_TRUE(eventually([&] { return seen->size() == 3; }));
+  std::lock_guard lk(seen->mu);
+  EXPECT_EQ(seen->traces, (std::vector<std::string>{ctx.trace_id.hex(), ctx.trace_id.hex(), ""}));
+}
 
 TEST_F(Remote, AnAskIsAnsweredWithTheRemoteActorsReply) {
   for (std::uint64_t i = 1; i <= 100; ++i) {

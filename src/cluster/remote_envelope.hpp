@@ -9,11 +9,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "troupe/cluster/remote.hpp"
+#include "troupe/core/trace.hpp"
 
 namespace troupe::cluster::detail {
 
@@ -93,6 +95,41 @@ struct Envelope {
       return e;
   }
   return Error(ErrorCode::protocol_error, "frame of unknown kind " + std::to_string(type));
+}
+
+// Takes the trace context off the front of a frame sent under a trace
+// (kTracedKind set in its type), leaving `type` and `payload` as an
+// untraced frame of the same kind would be. Untraced frames pass
+// unchanged, with nullopt. An all-zero id is no trace. Errors
+// (protocol_error): the traced bit on a kind other than a tell or an ask,
+// or a payload shorter than the trace context.
+inline Result<std::optional<TraceContext>> take_trace(std::uint32_t& type, std::string_view& payload) {
+  if (!(type & kTracedKind)) [[likely]] return std::optional<TraceContext>();
+  type &= ~kTracedKind;
+  switch (static_cast<RemoteKind>(type)) {
+    case RemoteKind::actor_tell:
+    case RemoteKind::actor_ask:
+    case RemoteKind::entity_tell:
+    case RemoteKind::entity_ask:
+      break;
+    default:
+      return Error(ErrorCode::protocol_error, "a trace on a frame of kind " + std::to_string(type));
+  }
+  if (payload.size() < kTraceBytes) return Error(ErrorCode::protocol_error, "frame ends inside its trace context");
+  TraceContext c;
+  std::memcpy(c.trace_id.bytes.data(), payload.data(), 16);
+  std::memcpy(c.span_id.bytes.data(), payload.data() + 16, 8);
+  c.flags = static_cast<std::uint8_t>(payload[24]);
+  payload.remove_prefix(kTraceBytes);
+  if (!c.trace_id.valid()) return std::optional<TraceContext>();
+  return std::optional<TraceContext>(c);
+}
+
+// The trace context as take_trace() reads it, appended to `out`.
+inline void put_trace(std::string& out, const TraceContext& c) {
+  out.append(reinterpret_cast<const char*>(c.trace_id.bytes.data()), 16);
+  out.append(reinterpret_cast<const char*>(c.span_id.bytes.data()), 8);
+  out.push_back(static_cast<char>(c.flags));
 }
 
 // An ask's request id, as far as its frame holds one (0 if it ends

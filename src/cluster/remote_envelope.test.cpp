@@ -116,5 +116,63 @@ TEST(RemoteEnvelope, AnActorFrameEndingInsideItsMessageIdParsesWithoutOne) {
   EXPECT_TRUE(e->body.empty());
 }
 
+// A tell or ask sent under a trace carries it first; taken off, what is
+// left parses as the untraced frame would (doc/wire.md, "Traced frames").
+// proves: X4, X1
+TEST(RemoteEnvelope, ATracedFrameGivesItsTraceAndThenParsesAsTheUntracedOne) {
+  auto ctx = TraceContext::generate();
+  ByteWriter tell;
+  tell.str("echo").u32(7).bytes().append("body");
+  std::string traced;
+  put_trace(traced, ctx);
+  EXPECT_EQ(traced.size(), kTraceBytes);
+  traced += tell.bytes();
+
+  std::uint32_t type = type_of(RemoteKind::actor_tell) | kTracedKind;
+  std::string_view payload = traced;
+  auto t = take_trace(type, payload);
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  ASSERT_TRUE(t->has_value());
+  EXPECT_EQ(**t, ctx);
+  EXPECT_EQ(type, type_of(RemoteKind::actor_tell));
+  EXPECT_EQ(payload, tell.bytes());
+  auto e = parse_envelope(type, payload);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->name, "echo");
+  EXPECT_EQ(e->body, "body");
+
+  // Untraced frames pass unchanged.
+  type = type_of(RemoteKind::reply);
+  payload = "anything";
+  auto none = take_trace(type, payload);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(payload, "anything");
+
+  // An all-zero trace id is no trace; the frame is still read.
+  std::string zero(kTraceBytes, '\0');
+  zero += tell.bytes();
+  type = type_of(RemoteKind::entity_tell) | kTracedKind;
+  payload = zero;
+  auto z = take_trace(type, payload);
+  ASSERT_TRUE(z.ok());
+  EXPECT_FALSE(z->has_value());
+  EXPECT_EQ(payload, tell.bytes());
+}
+
+// proves: X1
+TEST(RemoteEnvelope, ATraceOnAReplyOrCutShortIsAProtocolError) {
+  auto refused = [](std::uint32_t type, std::string_view payload, std::string_view why) {
+    auto t = take_trace(type, payload);
+    ASSERT_FALSE(t.ok());
+    EXPECT_EQ(t.error().code(), ErrorCode::protocol_error);
+    EXPECT_EQ(t.error().message(), why);
+  };
+  refused(type_of(RemoteKind::reply) | kTracedKind, std::string(40, 'x'), "a trace on a frame of kind 3");
+  refused(type_of(RemoteKind::shard_control) | kTracedKind, std::string(40, 'x'), "a trace on a frame of kind 6");
+  refused(type_of(RemoteKind::actor_ask) | kTracedKind, std::string(24, 'x'), "frame ends inside its trace context");
+  refused(kTracedKind, std::string(40, 'x'), "a trace on a frame of kind 0");
+}
+
 }  // namespace
 }  // namespace troupe::cluster::detail

@@ -278,6 +278,12 @@ Resume CellBase::resume(std::uint32_t budget) noexcept {
 }
 
 void CellBase::run_one(Envelope* e) {
+  // The message runs under its trace (none if it has none); a reference is
+  // held across the call, as a runtime message frees its envelope first.
+  TraceBox* const outer = t_trace;
+  TraceBox* const trace = e->trace;
+  if (trace) [[unlikely]] trace_retain(trace);
+  t_trace = trace;
   try {
     if (!e->sys) {
       invoke_user(e);
@@ -287,6 +293,8 @@ void CellBase::run_one(Envelope* e) {
   } catch (...) {
     handle_failure(std::current_exception());
   }
+  t_trace = outer;
+  if (trace) [[unlikely]] trace_release(trace);
   if (auto* x = extras_.load(std::memory_order_relaxed); x && !x->retired.empty()) [[unlikely]] {
     free_retired();
   }

@@ -1,12 +1,12 @@
 #include <cxxabi.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "system_impl.hpp"
 #include "troupe/core/actor_system.hpp"
+#include "troupe/core/log.hpp"
 
 namespace troupe {
 namespace detail {
@@ -141,9 +141,9 @@ void SystemImpl::shutdown() {
       std::unique_lock lk(live_mu);
       bool all = live_cv.wait_for(lk, drain, [&] { return live.load() == 0; });
       if (!all && config.log_failures) {
-        std::fprintf(stderr, "troupe: shutdown: %llu actor(s) did not stop within %lld ms\n",
-                     static_cast<unsigned long long>(live.load()),
-                     static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(drain).count()));
+        log::warn(log::Component::core, "shutdown: actors did not stop in time",
+                  {{"actors", live.load()},
+                   {"waited_ms", std::chrono::duration_cast<std::chrono::milliseconds>(drain).count()}});
       }
     }
     // 4. Threads.
@@ -181,15 +181,15 @@ void SystemImpl::on_dead_letter(const CellBase& recipient, const char* mangled_t
   // Once the ActorSystem is gone, refs that outlive it are only counted: the
   // user's callback may capture what no longer exists.
   if (!owner_alive.load(std::memory_order_acquire)) return;
-  bool log = config.log_dead_letters && (n <= 10 || n % 1000 == 0);
-  if (!log && !config.on_dead_letter) return;
+  bool logged = config.log_dead_letters && (n <= 10 || n % 1000 == 0) &&
+                log::enabled(log::Component::core, log::Level::info);
+  if (!logged && !config.on_dead_letter) return;
   try {
     DeadLetter dl{recipient.name(), demangle(mangled_type)};
-    if (log) {
-      std::lock_guard lk(log_mu_);
-      std::fprintf(stderr, "troupe: dead letter #%llu: %s to '%s'%s\n", static_cast<unsigned long long>(n),
-                   dl.message_type.c_str(), dl.recipient.c_str(),
-                   n == 10 ? " (further dead letters are logged one in 1000)" : "");
+    if (logged) {
+      log::info(log::Component::core,
+                n == 10 ? "dead letter (further dead letters are logged one in 1000)" : "dead letter",
+                {{"count", n}, {"message_type", dl.message_type}, {"recipient", dl.recipient}});
     }
     if (config.on_dead_letter) config.on_dead_letter(dl);
   } catch (...) {
@@ -198,10 +198,13 @@ void SystemImpl::on_dead_letter(const CellBase& recipient, const char* mangled_t
 }
 
 void SystemImpl::log_failure(const CellBase& c, const std::string& what) noexcept {
-  if (!config.log_failures) return;
-  std::lock_guard lk(log_mu_);
-  std::fprintf(stderr, "troupe: actor '%s' (%s) failed: %s\n", c.name().c_str(),
-               demangle(c.actor_type_name()).c_str(), what.c_str());
+  if (!config.log_failures || !log::enabled(log::Component::core, log::Level::warn)) return;
+  try {
+    log::warn(log::Component::core, "actor failed",
+              {{"actor", c.name()}, {"actor_type", demangle(c.actor_type_name())}, {"error", what}});
+  } catch (...) {
+    // out of memory while naming it: the failure is still counted
+  }
 }
 
 }  // namespace detail

@@ -212,7 +212,6 @@ class SystemImpl {
  private:
   std::atomic<std::int64_t> cells_{1};  // the owner's share + one per cell
   std::once_flag shutdown_once_;
-  std::mutex log_mu_;
 };
 
 }  // namespace troupe::detail

@@ -166,7 +166,7 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
   for (const auto& [k, v] : root) {
     std::string key(k.str());
     bool known = key == "node" || key == "admin" || key == "journal" || key == "cluster" || key == "entities" ||
-                 key == "jobs" || key == "workers";
+                 key == "jobs" || key == "workers" || key == "log";
     bool app = false;
     for (const auto& a : app_tables) app = app || key == a;
     if (!known && !app) return fail(bad(key + ": unknown setting"));
@@ -259,6 +259,8 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     c.cluster.takeover_margin = tm;
     TROUPE_TRY(batch, r.integer("hand_off_batch", static_cast<std::int64_t>(c.cluster.hand_off_batch), 1, 1024));
     c.cluster.hand_off_batch = static_cast<std::size_t>(batch);
+    TROUPE_TRY(traces, r.boolean("send_traces", c.cluster.send_traces));
+    c.cluster.send_traces = traces;
     if (lt <= hb)
       return fail(bad("cluster.liveness_threshold_ms: must be longer than cluster.heartbeat_ms (" +
                       std::to_string(lt.count()) + " <= " + std::to_string(hb.count()) + ")"));
@@ -288,6 +290,10 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
   }
   {
+    TROUPE_TRY(logs, detail::parse_log(root.get("log")));
+    c.log = std::move(logs);
+  }
+  {
     TROUPE_TRY(groups, detail::parse_worker_groups(root.get("workers")));
     if (!groups.empty() && !c.cluster.enabled)
       return fail(bad("workers: worker groups are placed through Redis and need a [cluster] table"));
@@ -308,6 +314,19 @@ Result<NodeConfig> NodeConfig::load(const std::filesystem::path& file, const std
 const toml::table* NodeConfig::app_table(const std::string& name) const {
   auto it = app.find(name);
   return it == app.end() ? nullptr : it->second.get();
+}
+
+log::Config NodeConfig::log_config() const {
+  log::Config lc;
+  lc.level = log.level;
+  lc.levels = log.levels;
+  lc.format = log.format;
+  if (!log.file.empty()) {
+    std::filesystem::path p(log.file);
+    lc.file = (p.is_absolute() ? p : data_dir / p).string();
+  }
+  lc.fields = {{"node", id}};
+  return lc;
 }
 
 std::filesystem::path NodeConfig::sqlite_path() const {

@@ -32,6 +32,7 @@ TEST(NodeConfig, AnEmptyFileGivesTheDocumentedDefaults) {
   EXPECT_EQ(c->entities.passivate_after, std::chrono::minutes(2));
   EXPECT_EQ(c->jobs.shard_count, 16u);
   EXPECT_EQ(c->cluster.hand_off_batch, 8u);
+  EXPECT_TRUE(c->cluster.send_traces);
 }
 
 TEST(NodeConfig, EveryTableIsRead) {
@@ -55,6 +56,7 @@ heartbeat_ms = 500
 liveness_threshold_ms = 2000
 takeover_margin_ms = 250
 hand_off_batch = 3
+send_traces = false
 [entities]
 shard_count = 128
 passivate_after_ms = 5000
@@ -78,6 +80,7 @@ shard_count = 32
   EXPECT_EQ(c->cluster.listen_port, 7200);
   EXPECT_EQ(c->cluster.heartbeat, std::chrono::milliseconds(500));
   EXPECT_EQ(c->cluster.hand_off_batch, 3u);
+  EXPECT_FALSE(c->cluster.send_traces);
   EXPECT_EQ(c->entities.shard_count, 128u);
   EXPECT_EQ(c->entities.stash_capacity, 50u);
   EXPECT_EQ(c->jobs.shard_count, 32u);
@@ -173,6 +176,49 @@ TEST(NodeConfig, ApplicationTablesAreHandedOverAndReadWithTheSameChecks) {
   EXPECT_EQ(rest.error().message(), "payment.typo: unknown setting");
   // Without the application's say-so the table is unknown.
   EXPECT_EQ(error_of("[payment]\nport = 1\n"), "node.toml: payment: unknown setting");
+}
+
+// proves: X1
+TEST(NodeConfig, TheLogTableSetsLevelsPerComponentFormatAndFile) {
+  auto c = NodeConfig::parse(R"(
+[node]
+id = "pay-1"
+data_dir = "/tmp/pay"
+[log]
+level = "warn"
+format = "json"
+file = "node.log"
+[log.levels]
+cluster = "debug"
+app = "trace"
+)",
+                             "node.toml");
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c->log.level, troupe::log::Level::warn);
+  EXPECT_EQ(c->log.format, troupe::log::Format::json);
+  using L = std::vector<std::pair<troupe::log::Component, troupe::log::Level>>;
+  EXPECT_EQ(c->log.levels, (L{{troupe::log::Component::app, troupe::log::Level::trace},
+                              {troupe::log::Component::cluster, troupe::log::Level::debug}}))
+      << "in key order";
+  auto lc = c->log_config();
+  EXPECT_EQ(lc.file, "/tmp/pay/node.log") << "a relative file is under node.data_dir";
+  ASSERT_EQ(lc.fields.size(), 1u);
+  EXPECT_EQ(lc.fields[0], (std::pair<std::string, std::string>{"node", "pay-1"}));
+
+  auto d = NodeConfig::parse("", "node.toml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->log.level, troupe::log::Level::info);
+  EXPECT_EQ(d->log.format, troupe::log::Format::text);
+  EXPECT_EQ(d->log_config().file, "") << "stderr by default";
+
+  EXPECT_EQ(error_of("[log]\nlevel = \"loud\"\n"),
+            "node.toml: log.level: expected trace, debug, info, warn, error or off, got \"loud\"");
+  EXPECT_EQ(error_of("[log]\nformat = \"xml\"\n"), "node.toml: log.format: expected one of text, json, got \"xml\"");
+  EXPECT_EQ(error_of("[log.levels]\nclusterr = \"debug\"\n"),
+            "node.toml: log.levels.clusterr: unknown component (core, net, persist, patterns, cluster, node, app)");
+  EXPECT_EQ(error_of("[log.levels]\ncluster = 3\n"), "node.toml: log.levels.cluster: expected a string, got an integer");
+  EXPECT_EQ(error_of("[log]\ncolour = true\n"), "node.toml: log.colour: unknown setting");
+  EXPECT_EQ(error_of("log = 1\n"), "node.toml: log: expected a table ([log])");
 }
 
 TEST(NodeConfig, AFileThatCannotBeReadIsNamed) {

@@ -1,5 +1,5 @@
 #pragma once
-// Parsing of the node's roles and [[workers]] tables, for config.cpp.
+// Parsing of the node's roles, [[workers]] and [log] tables, for config.cpp.
 // Private to the node.
 
 #include <string>
@@ -19,5 +19,9 @@ Result<void> check_roles(const std::vector<std::string>& roles, const std::strin
 // The [[workers]] array of tables (`n` may be null: none). Errors name the
 // setting as "workers[<i>].<key>" (and the group once it is known).
 Result<std::vector<WorkerGroupConfig>> parse_worker_groups(const toml::node* n);
+
+// The [log] table (`n` may be null: the defaults). Errors name the setting
+// ("log.level: ...", "log.levels.clusterr: unknown component").
+Result<LogConfig> parse_log(const toml::node* n);
 
 }  // namespace troupe::node::detail

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -45,6 +44,9 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config, WorkerTypes workers
   std::error_code ec;
   std::filesystem::create_directories(c.data_dir, ec);
   if (ec) return Error(ErrorCode::invalid_argument, "node.data_dir: cannot create '" + c.data_dir.string() + "': " + ec.message());
+  // The log facade is process-wide: the node's [log] applies to every line
+  // the process writes from here on, the application's included.
+  if (auto l = log::configure(c.log_config()); !l.ok()) return Error(l.error().code(), "log.file: " + l.error().message());
 
   SystemConfig sc;
   sc.threads = c.threads;
@@ -84,6 +86,7 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config, WorkerTypes workers
     cs.listen_host = c.cluster.listen_host;
     cs.listen_port = c.cluster.listen_port;
     cs.advertise_host = c.cluster.advertise_host;
+    cs.send_traces = c.cluster.send_traces;
     cs.roles = c.roles;
     cs.coordination.app_version = c.app_version;
     cs.coordination.redis_host = c.cluster.redis_host;
@@ -186,19 +189,21 @@ Result<void> Node::drain() {
   std::call_once(impl_->drain_once, [this] {
     impl_->draining.store(true);
     if (cluster_) {
-      const std::string& id = config_.id;
-      auto told = [&id](const cluster::HandOffReport& r) {
-        std::fprintf(stderr, "troupe: node '%s': handed off %zu of %zu shards, job queues and workers\n", id.c_str(),
-                     r.moved, r.units);
+      auto told = [](const cluster::HandOffReport& r) {
+        log::info(log::Component::node, "handed off shards, job queues and workers",
+                  {{"moved", r.moved}, {"units", r.units}});
       };
       // The whole hand-off, well within a supervisor's stop timeout
       // (TimeoutStopSec=60s in deploy/systemd).
       auto r = cluster_->leave(std::chrono::seconds(45), told);
       if (r.ok()) {
-        std::fprintf(stderr, "troupe: node '%s': handed off %zu of %zu shards, job queues and workers in %lld ms%s\n",
-                     id.c_str(), r->moved, r->units,
-                     static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(r->took).count()),
-                     r->kept ? (", " + std::to_string(r->kept) + " kept: no other node could take them").c_str() : "");
+        log::info(log::Component::node,
+                  r->kept ? "handed off shards, job queues and workers; some kept: no other node could take them"
+                          : "handed off shards, job queues and workers",
+                  {{"moved", r->moved},
+                   {"units", r->units},
+                   {"kept", r->kept},
+                   {"took_ms", std::chrono::duration_cast<std::chrono::milliseconds>(r->took).count()}});
       } else {
         impl_->drain_result = std::move(r).error();
       }
@@ -253,18 +258,17 @@ void Node::wait_for_stop_signal() {
   // before a balancer's next check, meets a closed port.
   impl_->draining.store(true);
   const auto grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(config_.drain_grace).count();
-  std::fprintf(stderr, "troupe: node '%s': drain started: /ready answers 503; serving %lld ms more, then handing off\n",
-               config_.id.c_str(), static_cast<long long>(grace_ms));
+  log::info(log::Component::node, "drain started: /ready answers 503; serving a little longer, then handing off",
+            {{"grace_ms", grace_ms}});
   std::this_thread::sleep_for(config_.drain_grace);
   const auto started = std::chrono::steady_clock::now();
   const auto drained = drain();
   const auto took_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
   if (drained.ok())
-    std::fprintf(stderr, "troupe: node '%s': drained in %lld ms\n", config_.id.c_str(), static_cast<long long>(took_ms));
+    log::info(log::Component::node, "drained", {{"took_ms", took_ms}});
   else
-    std::fprintf(stderr, "troupe: node '%s': drain failed after %lld ms: %s\n", config_.id.c_str(),
-                 static_cast<long long>(took_ms), drained.error().to_string().c_str());
+    log::error(log::Component::node, "drain failed", {{"took_ms", took_ms}, {"error", drained.error().to_string()}});
   // Wake the waiter if no signal came (a POST /drain).
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();

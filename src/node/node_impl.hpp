@@ -32,6 +32,7 @@
 #include "load_wire.hpp"
 #include "metered_journal.hpp"
 #include "one_job_executor.hpp"
+#include "troupe/core/log.hpp"
 #include "troupe/node/node.hpp"
 #include "worker_groups.hpp"
 

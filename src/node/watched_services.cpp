@@ -4,7 +4,6 @@
 // dispatcher), their health checks,
 // and the rates, latency and counters the dashboard plots.
 
-#include <cstdio>
 
 #include "node_impl.hpp"
 #include "troupe/cluster/cluster_jobs.hpp"
@@ -120,15 +119,13 @@ Result<JobService> Node::start_jobs(JobSettings settings, JobTranslator translat
     // members get what is placed or handed off meanwhile); the node that
     // joins last, when one version remains, balances them.
     auto moved = cluster_->coordinator().rebalance(cluster::detail::shard_group(type));
-    std::move(moved).then([id = config_.id, type](Result<cluster::RebalanceReport> r) {
+    std::move(moved).then([type](Result<cluster::RebalanceReport> r) {
       if (!r.ok())
-        std::fprintf(stderr, "troupe: node '%s': balancing the queue shards of '%s' failed: %s\n", id.c_str(),
-                     type.c_str(), r.error().to_string().c_str());
+        log::warn(log::Component::node, "balancing the queue shards failed",
+                  {{"queue", type}, {"error", r.error().to_string()}});
       else if (r->outcome == cluster::RebalanceOutcome::versions_mixed)
-        std::fprintf(stderr,
-                     "troupe: node '%s': the queue shards of '%s' stay where they are until one app version "
-                     "remains: %s\n",
-                     id.c_str(), type.c_str(), r->waiting_reason().c_str());
+        log::info(log::Component::node, "the queue shards stay where they are until one app version remains",
+                  {{"queue", type}, {"reason", r->waiting_reason()}});
     });
   }
   watch_jobs(name, *started);

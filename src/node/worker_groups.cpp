@@ -6,7 +6,6 @@
 #include "worker_groups.hpp"
 
 #include <algorithm>
-#include <cstdio>
 
 #include "node_impl.hpp"
 
@@ -82,8 +81,11 @@ struct WorkerGroups::Shared {
   }
 
   void log(bool error, const std::string& text) const {
-    std::fprintf(stderr, "troupe: node '%s': %s%s\n", node_id.c_str(),
-                 error ? "error: " : "warning: ", text.c_str());
+    if (error) {
+      log::error(log::Component::node, text);
+    } else {
+      log::warn(log::Component::node, text);
+    }
   }
 
   // Asks the coordinator for a sync round of `g` now; `done` gets its report.

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -118,7 +117,7 @@ void JobCore::fail(Error e) {
     failure = e;
   }
   // Logged whatever settings.log says: the service is gone.
-  std::fprintf(stderr, "troupe: job service '%s' stopped: %s\n", settings.name.c_str(), e.to_string().c_str());
+  log::error(log::Component::patterns, "job service stopped", {{"job_service", settings.name}, {"error", e.to_string()}});
   begin_stop();
 }
 

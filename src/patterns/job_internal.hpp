@@ -12,7 +12,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
@@ -26,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "troupe/core/log.hpp"
 #include "troupe/patterns/job_service.hpp"
 
 namespace troupe::detail {
@@ -221,7 +221,7 @@ struct JobCore {
   std::optional<Error> failure;
 
   void log(const std::string& what) const {
-    if (settings.log) std::fprintf(stderr, "troupe: job service '%s': %s\n", settings.name.c_str(), what.c_str());
+    if (settings.log) log::warn(log::Component::patterns, what, {{"job_service", settings.name}});
   }
 
   Duration backoff_for(std::uint32_t failed_attempt) const noexcept {

@@ -3,8 +3,9 @@
 #include <cxxabi.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
+
+#include "troupe/core/log.hpp"
 
 namespace troupe::detail {
 
@@ -80,8 +81,28 @@ void EntityCounters::note_processing_timeout(Duration d) noexcept {
 }
 
 void entity_log(const std::string& type_name, std::string_view id, std::string_view what) {
-  std::fprintf(stderr, "troupe: entity '%s|%.*s': %.*s\n", type_name.c_str(), static_cast<int>(id.size()), id.data(),
-               static_cast<int>(what.size()), what.data());
+  if (!log::enabled(log::Component::persist, log::Level::warn)) return;
+  log::warn(log::Component::persist, what, {{"entity", type_name + "|" + std::string(id)}});
+}
+
+void entity_note(const std::string& type_name, std::string_view id, std::string_view what, std::int64_t ms_field) {
+  if (!log::enabled(log::Component::persist, log::Level::info)) return;
+  const std::string entity = type_name + "|" + std::string(id);
+  if (ms_field >= 0) {
+    log::info(log::Component::persist, what, {{"entity", entity}, {"timeout_ms", ms_field}});
+  } else {
+    log::info(log::Component::persist, what, {{"entity", entity}});
+  }
+}
+
+TraceRef stored_trace(const std::string& trace_id) {
+  if (trace_id.empty()) return {};
+  auto id = TraceId::from_hex(trace_id);
+  if (!id) return {};
+  TraceContext c;
+  c.trace_id = *id;
+  c.flags = 1;
+  return TraceRef::make(c);
 }
 
 std::string demangle(const char* mangled) {

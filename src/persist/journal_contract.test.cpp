@@ -623,6 +623,24 @@ TEST_P(JournalContract, journal_stats_count_the_committed_writes_and_views_repor
   }
 }
 
+// proves: X4
+TEST_P(JournalContract, an_events_trace_id_is_stored_with_it_and_read_back_by_replay_and_recover) {
+  AppendBatch b = batch("t", 1, 3);
+  b.events[0].trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  b.events[2].trace_id = "0af7651916cd43dd8448eb211c80319c";
+  ASSERT_TRUE(js::append(j(), b).ok());
+  auto replayed = js::replay(j(), "t");
+  ASSERT_TRUE(replayed.ok()) << replayed.error().to_string();
+  ASSERT_EQ(replayed->size(), 3u);
+  EXPECT_EQ((*replayed)[0].trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ((*replayed)[1].trace_id, "") << "an event without a trace reads back without one";
+  EXPECT_EQ((*replayed)[2].trace_id, "0af7651916cd43dd8448eb211c80319c");
+  EXPECT_EQ(*replayed, b.events);
+  auto rec = js::recover(j(), "t");
+  ASSERT_TRUE(rec.ok());
+  EXPECT_EQ(rec->events, b.events);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryBackEnd, JournalContract, ::testing::ValuesIn(back_ends()),
                          [](const ::testing::TestParamInfo<BackEnd>& p) { return p.param.name; });
 

@@ -124,7 +124,8 @@ struct SqliteFixture {
     check(sqlite3_open(o.path.c_str(), &raw) == SQLITE_OK);
     check(sqlite3_exec(raw, "PRAGMA synchronous=OFF", nullptr, nullptr, nullptr) == SQLITE_OK);
     const char* sql[4] = {
-        "INSERT OR REPLACE INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT OR REPLACE INTO events (persistence_id, seq, timestamp_ms, type, version, payload) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         "INSERT OR REPLACE INTO snapshots VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         "INSERT OR REPLACE INTO deletions VALUES (?1, ?2)",
         "INSERT OR REPLACE INTO fences VALUES (?1, ?2)",

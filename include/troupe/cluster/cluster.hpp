@@ -46,6 +46,9 @@ struct ClusterSettings {
   std::string advertise_host;
   std::size_t max_frame_bytes = 16u << 20;
   std::size_t max_outbound_bytes = 64u << 20;
+  // Commands sent under a trace carry it to their node (Remoting::Settings::
+  // send_traces; off while nodes built before trace ids are members).
+  bool send_traces = true;
   // This node's roles (CoordinatorSettings::roles): it owns shards only of
   // the entity types and job queues whose roles (ShardRegionSettings::
   // roles, ClusterJobSettings::roles) include one of them, and units only

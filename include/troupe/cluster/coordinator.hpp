@@ -242,7 +242,8 @@ struct CoordinatorSettings {
   // Units one takeover script moves at most (then it runs again).
   std::size_t takeover_batch = 256;
 
-  // Log lines, with the node id. Default: warnings and errors to stderr.
+  // Log lines, with the node id. Default: the log facade (component
+  // cluster, troupe/core/log.hpp), at the line's level.
   std::function<void(CoordinatorLogLevel, std::string_view)> log;
   // The live members changed (ids or addresses): the new list, sorted by id.
   std::function<void(const std::vector<Member>&)> on_members_changed;

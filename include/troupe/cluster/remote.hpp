@@ -146,6 +146,10 @@ class Remoting {
     // Requests answered neither way this long after their own timeout are
     // forgotten (their futures completed with timeout long before).
     Duration forget_after = std::chrono::seconds(5);
+    // Tells and asks sent under a trace carry it to the other node (SPEC
+    // X4; doc/wire.md). Nodes built before trace ids drop such frames: turn
+    // this off while any of them is still a member (a rolling upgrade).
+    bool send_traces = true;
   };
 
   // Errors: invalid_argument (node id), or what the transport reports

@@ -121,7 +121,8 @@ struct TransportSettings {
   // Where the transport's log lines go (connections made and lost, bad
   // input, peer restarts), one line per call. Called on the io thread, and
   // on the calling thread by a set_peer() it refuses: must be thread-safe.
-  // Default: one line to stderr, prefixed with the node id.
+  // Default: the log facade (info, component cluster, troupe/core/log.hpp),
+  // with the node id as field `transport`.
   std::function<void(std::string_view)> log;
 };
 

@@ -37,9 +37,10 @@ struct SystemConfig {
   Duration shutdown_drain_timeout = std::chrono::seconds(10);
   // Called for every dead letter (on the sending thread; keep it cheap).
   std::function<void(const DeadLetter&)> on_dead_letter{};
-  // Log the first dead letters and then one in every 1000, to stderr.
+  // Log the first dead letters and then one in every 1000 (info, component
+  // core, troupe/core/log.hpp).
   bool log_dead_letters = true;
-  // Log handler failures (exceptions) to stderr.
+  // Log handler failures (exceptions) (warn, component core).
   bool log_failures = true;
 };
 

@@ -218,7 +218,7 @@ struct ServerSettings {
   Duration drain_timeout = std::chrono::seconds(2);
   // Where the server's log lines go (bad input, handler exceptions, accept
   // failures), one line per call, from any io thread: must be thread-safe.
-  // Default: one line to stderr, prefixed "http: ".
+  // Default: the log facade (warn, component net, troupe/core/log.hpp).
   std::function<void(std::string_view)> log;
 };
 

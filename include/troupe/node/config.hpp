@@ -28,6 +28,7 @@
 //   liveness_threshold_ms = 3000
 //   takeover_margin_ms = 500
 //   hand_off_batch = 8            # shards, job queues and workers a drain moves at once
+//   send_traces = true            # commands carry their trace id to other nodes (doc/wire.md)
 //
 //   [entities]
 //   shard_count = 64              # shards per entity type, the same on every node
@@ -37,6 +38,13 @@
 //
 //   [jobs]                        # job services started with Node::start_jobs
 //   shard_count = 16              # in a cluster: queue shards per service, the same on every node
+//
+//   [log]                         # the log facade (troupe/core/log.hpp)
+//   level = "info"                # trace | debug | info | warn | error | off
+//   format = "text"               # text | json (one JSON object per line)
+//   file = ""                     # empty: stderr; relative to node.data_dir
+//   [log.levels]                  # per component: core net persist patterns cluster node app
+//   cluster = "debug"
 //
 //   [[workers]]                   # a worker group (workers.hpp); needs [cluster]
 //   group = "devices"
@@ -64,6 +72,7 @@
 
 #include <toml++/toml.h>
 
+#include "troupe/core/log.hpp"
 #include "troupe/core/result.hpp"
 
 namespace troupe::node {
@@ -123,6 +132,7 @@ struct ClusterConfig {
   std::chrono::milliseconds liveness_threshold{3000};
   std::chrono::milliseconds takeover_margin{500};
   std::size_t hand_off_batch = 8;
+  bool send_traces = true;  // ClusterSettings::send_traces
 };
 
 struct EntitiesConfig {
@@ -136,6 +146,14 @@ struct JobsConfig {
   // Queue shards of each cluster-wide job service (Node::start_jobs in a
   // cluster); ignored on a single node.
   std::uint32_t shard_count = 16;
+};
+
+// The [log] table: what the node gives troupe::log::configure at start.
+struct LogConfig {
+  log::Level level = log::Level::info;
+  std::vector<std::pair<log::Component, log::Level>> levels;  // [log.levels]
+  log::Format format = log::Format::text;
+  std::string file;  // empty: stderr
 };
 
 // One [[workers]] table: a worker group (doc/node.md, "Worker groups").
@@ -176,6 +194,7 @@ struct NodeConfig {
   ClusterConfig cluster;
   EntitiesConfig entities;
   JobsConfig jobs;
+  LogConfig log;
   std::vector<WorkerGroupConfig> workers;  // [[workers]] tables, in file order
   // The application's tables, by name (each a toml::table).
   std::map<std::string, std::shared_ptr<const toml::table>> app;
@@ -192,6 +211,9 @@ struct NodeConfig {
   const toml::table* app_table(const std::string& name) const;
   // The SQLite journal's file: journal.path under data_dir unless absolute.
   std::filesystem::path sqlite_path() const;
+  // What troupe::log::configure gets: [log], the log file under data_dir
+  // unless absolute, and the node id as field `node` on every line.
+  log::Config log_config() const;
 };
 
 }  // namespace troupe::node

@@ -198,7 +198,7 @@ struct JobSettings {
   // Start with the queue paused: jobs are accepted but none starts until
   // resume() (e.g. to let recovered jobs wait, or to fill a queue first).
   bool start_paused = false;
-  // Log watchdog resets and journal failures to stderr.
+  // Log watchdog resets and journal failures (warn, component patterns).
   bool log = true;
 };
 

@@ -100,7 +100,9 @@ struct EntitySettings {
   // for processing entities; zero = the longest processing timeout any
   // entity of this type declared, plus one second.
   Duration stop_timeout = Duration::zero();
-  // Log recovery failures, journal conflicts and missing replies to stderr.
+  // Log recovery failures, journal conflicts and missing replies (warn), and
+  // processing timeouts, deferred stops and passivations after a terminal
+  // state (info), component persist (doc/logging.md).
   bool log = true;
 };
 

@@ -65,6 +65,10 @@ struct EventRecord {
   std::string type;                // manifest: the event's registered type name
   std::uint32_t version = 0;       // manifest: the version of that type's encoding
   std::string payload;             // the codec's bytes (may hold any byte, including 0)
+  // Metadata: the trace id (32 lowercase hex digits, troupe/core/trace.hpp)
+  // of the request that caused the event, SPEC X4; empty for none. Stored
+  // and read back as it is; entities fill it from the current trace.
+  std::string trace_id{};
 
   friend bool operator==(const EventRecord&, const EventRecord&) = default;
 };

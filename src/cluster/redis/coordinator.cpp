@@ -12,6 +12,7 @@
 #include <random>
 
 #include "troupe/cluster/node_id.hpp"
+#include "troupe/core/log.hpp"
 
 namespace troupe::cluster {
 
@@ -82,16 +83,17 @@ void Coordinator::Impl::halt() {
 }
 
 void Coordinator::Impl::log(CoordinatorLogLevel level, const std::string& msg) const {
-  std::string line = "coordinator " + s_.node_id + ": " + msg;
   if (s_.log) {
     try {
-      s_.log(level, line);
+      s_.log(level, "coordinator " + s_.node_id + ": " + msg);
     } catch (...) {
     }
     return;
   }
-  if (level == CoordinatorLogLevel::warning || level == CoordinatorLogLevel::error)
-    std::fprintf(stderr, "troupe: %s\n", line.c_str());
+  static constexpr log::Level kLevels[] = {log::Level::debug, log::Level::info, log::Level::warn,
+                                           log::Level::error};
+  const log::Level l = kLevels[static_cast<int>(level)];
+  if (log::enabled(log::Component::cluster, l)) log::write(log::Component::cluster, l, "coordinator: " + msg);
 }
 
 // --- start-up -----------------------------------------------------------------------

@@ -224,6 +224,7 @@ Result<std::unique_ptr<Cluster>> Cluster::start(ActorSystem& system, ClusterSett
   rs.listen_port = settings.listen_port;
   rs.max_frame_bytes = settings.max_frame_bytes;
   rs.max_outbound_bytes = settings.max_outbound_bytes;
+  rs.send_traces = settings.send_traces;
   auto remoting = Remoting::start(system, rs);
   if (!remoting.ok()) return std::move(remoting).error();
   impl->remoting = std::move(remoting.value());

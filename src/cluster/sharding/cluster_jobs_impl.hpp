@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
@@ -23,6 +22,7 @@
 #include "cluster_jobs_wire.hpp"
 #include "keeper.hpp"
 #include "troupe/cluster/cluster_jobs.hpp"
+#include "troupe/core/log.hpp"
 
 namespace troupe::cluster::detail::jobs {
 
@@ -164,8 +164,7 @@ struct Core : std::enable_shared_from_this<Core> {
   std::deque<JobDeadLetter> retired_dead;  // theirs, most recent last
 
   void log(const std::string& what) const {
-    if (settings.log)
-      std::fprintf(stderr, "troupe: job service '%s': %s\n", settings.name.c_str(), what.c_str());
+    if (settings.log) log::warn(log::Component::cluster, what, {{"job_service", settings.name}});
   }
 
   // --- local dispatch (cluster_jobs.cpp; any thread) ---

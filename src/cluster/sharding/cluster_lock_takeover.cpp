@@ -5,10 +5,10 @@
 // hold any key: the shard then waits out a grace of one lease from its start
 // before it opens. Requests that arrive meanwhile wait in the shard's buffer.
 
-#include <cstdio>
 
 #include "cluster_lock_host.hpp"
 #include "troupe/cluster/transport.hpp"
+#include "troupe/core/log.hpp"
 
 namespace troupe::cluster::detail::cluster_lock {
 
@@ -20,9 +20,8 @@ void Host::start(std::uint32_t shard, std::uint64_t epoch) {
   }
   if (epoch > kMaxEpoch) {
     // Tokens could no longer grow past an earlier owner's: serve nothing.
-    std::fprintf(stderr, "troupe: keyed lock '%s': shard %u has epoch %llu, above the %llu tokens allow\n",
-                 cfg().name.c_str(), shard, static_cast<unsigned long long>(epoch),
-                 static_cast<unsigned long long>(kMaxEpoch));
+    log::error(log::Component::cluster, "keyed lock shard has an epoch above what tokens allow; not served",
+               {{"lock", cfg().name}, {"shard", shard}, {"epoch", epoch}, {"max_epoch", kMaxEpoch}});
     return;
   }
   KeyedLockSettings s = cfg();

@@ -5,10 +5,10 @@
 
 #include "transport_impl.hpp"  // first: it includes Asio first
 
-#include <cstdio>
 #include <limits>
 
 #include "troupe/cluster/node_id.hpp"
+#include "troupe/core/log.hpp"
 
 namespace troupe::cluster {
 
@@ -207,11 +207,8 @@ Result<std::unique_ptr<Transport>> Transport::start(TransportSettings settings, 
   if (settings.keepalive_interval <= Duration::zero() || settings.keepalive_timeout < settings.keepalive_interval)
     return bad("keepalive_interval must be positive and at most keepalive_timeout");
   if (!settings.log) {
-    settings.log = [prefix = "[" + settings.node_id + "] "](std::string_view line) {
-      std::string out;
-      out.reserve(prefix.size() + line.size() + 1);
-      out.append(prefix).append(line).push_back('\n');
-      std::fwrite(out.data(), 1, out.size(), stderr);
+    settings.log = [id = settings.node_id](std::string_view line) {
+      log::info(log::Component::cluster, line, {{"transport", id}});
     };
   }
   auto impl = std::make_unique<Impl>(std::move(settings), std::move(handler), std::move(peer_handler));

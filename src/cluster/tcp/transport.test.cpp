@@ -15,12 +15,14 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "transport_test_support.hpp"
+#include "troupe/core/log.hpp"
 
 namespace troupe::cluster {
 namespace {
@@ -632,16 +634,24 @@ TEST(Transport, SetPeerIgnoresAnInvalidIdAndThisNodesOwnId) {
   EXPECT_TRUE(a.log->wait_for("set_peer ignored: 'a' is this node")) << a.log->all();
 }
 
-TEST(Transport, TheDefaultLogWritesOneLinePrefixedWithTheNodeId) {
-  ::testing::internal::CaptureStderr();
+TEST(Transport, TheDefaultLogWritesOneLineWithTheNodeIdToTheLogFacade) {
+  std::mutex mu;
+  std::string lines;
+  ASSERT_TRUE(troupe::log::configure({.sink = [&](std::string_view line) {
+                                        std::lock_guard lk(mu);
+                                        lines.append(line).push_back('\n');
+                                      }})
+                  .ok());
   {
     TransportSettings s;
     s.node_id = "solo";
     auto t = Transport::start(s, [](std::string_view, std::uint32_t, std::string_view) {}).value();
     t->set_peer("a b", "127.0.0.1", 1);
   }
-  const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("[solo] set_peer ignored"), std::string::npos) << err;
+  ASSERT_TRUE(troupe::log::configure({}).ok());
+  std::lock_guard lk(mu);
+  EXPECT_NE(lines.find("info  cluster set_peer ignored"), std::string::npos) << lines;
+  EXPECT_NE(lines.find("transport=solo"), std::string::npos) << lines;
 }
 
 }  // namespace

@@ -135,7 +135,14 @@ void ServerConnection::dispatch(BeastRequest&& breq) {
     return;
   }
 
+  // Every request runs under a trace (SPEC X4): the caller's traceparent
+  // with a span of this server's own, or a new trace when it sent none or
+  // a malformed one (never an error to the client). The response carries
+  // it back; the handler, and every message it sends, runs under it.
+  const TraceContext trace = TraceContext::from_header(req.header("traceparent"));
+  TraceScope trace_scope(trace);
   Slot slot;
+  slot.trace = trace;
   slot.seq = next_seq_++;
   slot.head = head;
   slot.close = !keep_alive || draining_;
@@ -144,6 +151,7 @@ void ServerConnection::dispatch(BeastRequest&& breq) {
   const std::uint64_t seq = slot.seq;
   slots_.push_back(std::move(slot));
   bump(s_->c.requests);
+  TROUPE_LOG(log::Component::net, log::Level::debug, "request", {{"method", req.method}, {"path", req.path}});
   dispatching_seq_ = seq;
   try {
     s_->router.dispatch(req, Responder(loop_ref_.lock(), weak_from_this(), seq));
@@ -169,6 +177,10 @@ bool ServerConnection::complete(std::uint64_t seq, Response&& r) {
   if (slot.done) return false;
   slot.done = true;
   const int status = r.status;
+  if (slot.trace && log::enabled(log::Component::net, log::Level::debug)) {
+    TraceScope scope(*slot.trace);
+    log::debug(log::Component::net, "response", {{"status", status}});
+  }
   slot.response = build(std::move(r), slot);
   if (!slot.response) {
     s_->log("a handler answered with an invalid status (" + std::to_string(status) +

@@ -23,6 +23,8 @@
 #include "beast_messages.hpp"
 #include "server_parts.hpp"
 #include "syntax.hpp"
+#include "troupe/core/log.hpp"
+#include "troupe/core/trace.hpp"
 #include "troupe/net/http.hpp"
 
 namespace troupe::http::detail {
@@ -86,6 +88,8 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
     bool head = false;
     bool close = false;
     unsigned version = 11;
+    // The request's trace (W3C traceparent), echoed in the response.
+    std::optional<TraceContext> trace;
     std::shared_ptr<BeastResponse> response;  // once done
   };
 
@@ -95,6 +99,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   void dispatch(BeastRequest&& breq);
   void push_error(int status, std::string reason);
   std::shared_ptr<BeastResponse> build(Response&& r, const Slot& slot) {
+    if (slot.trace && r.header("traceparent").empty()) r.headers.emplace_back("traceparent", slot.trace->traceparent());
     return to_beast(std::move(r), slot.version, slot.head, slot.close, loop_.date_now());
   }
   void flush();

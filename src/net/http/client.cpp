@@ -14,6 +14,7 @@
 #include <shared_mutex>
 
 #include "client_parts.hpp"
+#include "troupe/core/detail/trace_box.hpp"
 #include "troupe/net/url.hpp"
 
 namespace troupe::http {
@@ -206,6 +207,20 @@ void Client::Impl::start_threads() {
 }
 
 void Client::Impl::request(ClientRequest r, Done done) {
+  // Sent under a trace (SPEC X4): the server hears of it in a traceparent
+  // header (unless the caller wrote one), and `done` runs under it again.
+  if (troupe::detail::t_trace) [[unlikely]] {
+    auto has = [&](std::string_view n) {
+      return std::any_of(r.headers.begin(), r.headers.end(), [&](const auto& h) { return detail::iequals(h.first, n); });
+    };
+    if (!has("traceparent")) r.headers.emplace_back("traceparent", current_trace()->traceparent());
+    if (done) {
+      done = [trace = troupe::detail::TraceRef::current(), d = std::move(done)](Result<Response> out) {
+        troupe::detail::BorrowedTraceScope scope(trace);
+        d(std::move(out));
+      };
+    }
+  }
   std::shared_lock lk(close_mu_);
   if (closed_) {
     lk.unlock();

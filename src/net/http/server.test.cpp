@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <future>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "http_test_support.hpp"
+#include "troupe/core/trace.hpp"
 
 namespace troupe::http {
 namespace {
@@ -555,6 +557,70 @@ TEST(HttpServer, SpreadsConnectionsOverSeveralIoThreads) {
   }
   std::lock_guard lk(mu);
   EXPECT_EQ(threads.size(), 3u);
+}
+
+}  // namespace
+}  // namespace troupe::http
+
+namespace troupe::http {
+namespace {
+
+// proves: X4
+TEST(HttpTrace, EachRequestRunsUnderItsTraceparentOrANewTraceAndTheResponseCarriesItBack) {
+  Router router;
+  router.add("GET", "/trace", [](Request&, Responder r) {
+    r.respond(Response::json(200, nlohmann::json{{"trace", current_trace_id()}}.dump()));
+  });
+  auto server = TestServer::start(std::move(router));
+  auto client = make_client(server.port());
+  const std::string id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  auto send = [&](std::string header) {
+    ClientRequest req;
+    req.target = "/trace";
+    if (!header.empty()) req.headers = {{"traceparent", header}};
+    return client->request_sync(std::move(req));
+  };
+
+  auto kept = send("00-" + id + "-00f067aa0ba902b7-01");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(body_of(kept)["trace"], id) << "the handler runs under the caller's trace";
+  auto echoed = TraceContext::parse(kept->header("traceparent"));
+  ASSERT_TRUE(echoed) << kept->header("traceparent");
+  EXPECT_EQ(echoed->trace_id.hex(), id);
+  EXPECT_NE(echoed->span_id.hex(), "00f067aa0ba902b7") << "this server's own span";
+
+  for (std::string bad : {std::string(), std::string("00-zzz-01"), "ff-" + id + "-00f067aa0ba902b7-01",
+                          std::string("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"),
+                          "00-" + std::string(32, '0') + "-00f067aa0ba902b7-01"}) {
+    auto fresh = send(bad);
+    ASSERT_TRUE(fresh.ok());
+    EXPECT_EQ(fresh->status, 200) << "a malformed traceparent is never an error: '" << bad << "'";
+    auto t = TraceContext::parse(fresh->header("traceparent"));
+    ASSERT_TRUE(t) << fresh->header("traceparent");
+    EXPECT_NE(t->trace_id.hex(), id);
+    EXPECT_EQ(body_of(fresh)["trace"], t->trace_id.hex()) << "'" << bad << "'";
+  }
+}
+
+// proves: X4
+TEST(HttpTrace, TheClientSendsTheCurrentTraceAndAnswersUnderIt) {
+  Router router;
+  router.add("GET", "/trace", [](Request&, Responder r) {
+    r.respond(Response::json(200, nlohmann::json{{"trace", current_trace_id()}}.dump()));
+  });
+  auto server = TestServer::start(std::move(router));
+  auto client = make_client(server.port());
+  auto ctx = TraceContext::generate();
+  std::promise<std::pair<std::string, std::string>> got;
+  {
+    TraceScope scope(ctx);
+    client->request("GET", "/trace", "", "", [&](Result<Response> r) {
+      got.set_value({body_of(r)["trace"].get<std::string>(), current_trace_id()});
+    });
+  }
+  auto [served_under, answered_under] = got.get_future().get();
+  EXPECT_EQ(served_under, ctx.trace_id.hex()) << "sent as traceparent";
+  EXPECT_EQ(answered_under, ctx.trace_id.hex()) << "done runs under the caller's trace";
 }
 
 }  // namespace

@@ -14,13 +14,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <exception>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "syntax.hpp"
+#include "troupe/core/log.hpp"
 #include "troupe/net/http.hpp"
 
 namespace troupe::http::detail {
@@ -106,12 +106,7 @@ inline Result<std::shared_ptr<Shared>> make_shared_state(ServerSettings settings
     return bad("idle_timeout and request_read_timeout must be positive");
   if (settings.drain_timeout < Duration::zero()) return bad("drain_timeout must not be negative");
   if (!settings.log) {
-    settings.log = [](std::string_view line) {
-      std::string out;
-      out.reserve(line.size() + 8);
-      out.append("http: ").append(line).push_back('\n');
-      std::fwrite(out.data(), 1, out.size(), stderr);
-    };
+    settings.log = [](std::string_view line) { log::warn(log::Component::net, line); };
   }
   auto shared = std::make_shared<Shared>();
   shared->tick = std::min(settings.idle_timeout, settings.request_read_timeout);

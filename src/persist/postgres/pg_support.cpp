@@ -302,6 +302,9 @@ Result<std::uint64_t> mark(const PGresult* r, int row, int col, const std::strin
   return static_cast<std::uint64_t>(v);
 }
 
+// Where recover and replay rows hold an event's trace id (text or NULL).
+constexpr int kTraceColumn = 6;
+
 // Reads kind-2 event rows from `first_row` on, checking that they run on
 // without a hole after the deletion mark.
 Result<void> read_events(const PGresult* r, int first_row, const std::string& id, std::uint64_t from,
@@ -313,6 +316,13 @@ Result<void> read_events(const PGresult* r, int first_row, const std::string& id
   for (int row = first_row; row < rows; ++row) {
     EventRecord e;
     if (auto ok = read_record(r, row, 1, id, "event", 1, e); !ok) return ok;
+    if (PQgetisnull(r, row, kTraceColumn) == 0) {
+      if (PQftype(r, kTraceColumn) != kTextOid)
+        return Error(ErrorCode::corrupt_record, "postgres journal: corrupt event of persistence id " + printable(id) +
+                                                    " seq " + std::to_string(e.seq) + ": trace_id has type oid " +
+                                                    std::to_string(PQftype(r, kTraceColumn)));
+      e.trace_id.assign(PQgetvalue(r, row, kTraceColumn), static_cast<std::size_t>(PQgetlength(r, row, kTraceColumn)));
+    }
     if (row == first_row && e.seq < expected) expected = e.seq;  // leftovers at or below the deletion mark
     if (e.seq != expected)
       return Error(ErrorCode::corrupt_record,
@@ -412,9 +422,14 @@ Sql::Sql(const std::string& s) {
   lock = "SELECT pg_advisory_xact_lock(1953658224)";
   version_table_exists = "SELECT to_regclass('" + s + ".journal_schema') IS NOT NULL";
   read_version = "SELECT max(version) FROM " + s + ".journal_schema";
+  has_trace_column = "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass('" + s +
+                     ".events') AND attname = 'trace_id' AND NOT attisdropped";
+  add_trace_column = "ALTER TABLE " + s + ".events ADD COLUMN IF NOT EXISTS trace_id text";
 
-  append = "INSERT INTO " + s + ".events (persistence_id, seq, timestamp_ms, type, version, payload) "
-           "SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[], $4::bytea[], $5::int8[], $6::bytea[])";
+  // The trace ids come as bytea (empty: none) and are stored as text or NULL.
+  append = "INSERT INTO " + s + ".events (persistence_id, seq, timestamp_ms, type, version, payload, trace_id) "
+           "SELECT p, q, t, y, v, b, nullif(convert_from(tr, 'UTF8'), '') FROM unnest($1::bytea[], $2::int8[], "
+           "$3::int8[], $4::bytea[], $5::int8[], $6::bytea[], $7::bytea[]) AS u(p, q, t, y, v, b, tr)";
   check_fences = "SELECT " + s + ".check_fences($1::bytea[], $2::int8[], $3::int8[])";
   insert_snapshots = "INSERT INTO " + s + ".snapshots AS o (persistence_id, seq, timestamp_ms, type, version, "
                      "payload) SELECT * FROM unnest($1::bytea[], $2::int8[], $3::int8[], $4::bytea[], "
@@ -445,17 +460,17 @@ Sql::Sql(const std::string& s) {
 
   // One statement each, so one snapshot and one round trip. Row kinds: 0 the
   // latest snapshot, 1 the highest stored seq (column 2) and the deletion
-  // mark (column 5), 2 the events.
-  recover = "SELECT 0::int8 AS kind, seq, timestamp_ms, type, version, payload FROM (SELECT * FROM " + s +
+  // mark (column 5), 2 the events (their trace id in column 7).
+  recover = "SELECT 0::int8 AS kind, seq, timestamp_ms, type, version, payload, NULL::text FROM (SELECT * FROM " + s +
             ".snapshots WHERE persistence_id = $1 ORDER BY seq DESC LIMIT 1) s "
             "UNION ALL SELECT 1, coalesce((SELECT max(seq) FROM " + s + ".events WHERE persistence_id = $1), 0), "
-            "NULL, NULL, coalesce((SELECT deleted_to FROM " + s + ".deletions WHERE persistence_id = $1), 0), NULL "
-            "UNION ALL SELECT 2, seq, timestamp_ms, type, version, payload FROM " + s + ".events "
+            "NULL, NULL, coalesce((SELECT deleted_to FROM " + s + ".deletions WHERE persistence_id = $1), 0), NULL, "
+            "NULL UNION ALL SELECT 2, seq, timestamp_ms, type, version, payload, trace_id FROM " + s + ".events "
             "WHERE persistence_id = $1 AND seq > coalesce((SELECT max(seq) FROM " + s +
             ".snapshots WHERE persistence_id = $1), 0) ORDER BY 1, 2";
   replay = "SELECT 1::int8 AS kind, 0::int8 AS seq, NULL::int8, NULL::bytea, coalesce((SELECT deleted_to FROM " +
-           s + ".deletions WHERE persistence_id = $1), 0), NULL::bytea "
-           "UNION ALL SELECT 2, seq, timestamp_ms, type, version, payload FROM " + s + ".events "
+           s + ".deletions WHERE persistence_id = $1), 0), NULL::bytea, NULL::text "
+           "UNION ALL SELECT 2, seq, timestamp_ms, type, version, payload, trace_id FROM " + s + ".events "
            "WHERE persistence_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY 1, 2";
   highest = "SELECT (SELECT max(seq) FROM " + s + ".events WHERE persistence_id = $1), "
             "(SELECT deleted_to FROM " + s + ".deletions WHERE persistence_id = $1)";

@@ -34,6 +34,7 @@ constexpr Oid kByteaOid = 17;
 constexpr Oid kInt8Oid = 20;
 constexpr Oid kByteaArrayOid = 1001;
 constexpr Oid kInt8ArrayOid = 1016;
+constexpr Oid kTextOid = 25;
 
 struct ResultDeleter {
   void operator()(PGresult* r) const noexcept { PQclear(r); }
@@ -157,6 +158,8 @@ struct Sql {
   explicit Sql(const std::string& quoted_schema);
 
   std::string create, migrate_from_1, lock, version_table_exists, read_version;
+  // The events' trace_id column (SPEC X4): whether it is there, and adding it.
+  std::string has_trace_column, add_trace_column;
   // Writer lanes (prepared on every writer connection).
   std::string append, check_fences, insert_snapshots, prune_snapshots, delete_to, highest_many, verify;
   std::string raise_fence, bump_fence;

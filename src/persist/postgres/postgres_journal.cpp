@@ -125,6 +125,15 @@ Result<void> PostgresJournal::Impl::check_schema(PGconn* w) {
       return Error(ErrorCode::journal_failed, "postgres journal: unknown schema version " + std::to_string(version));
     return {};
   }();
+  // The events' trace_id column, in a new schema or one from before it.
+  if (schema) {
+    auto has = step(sql.has_trace_column, "look for the trace_id column");
+    if (!has) {
+      schema = std::move(has).error();
+    } else if (read_int8(PQgetvalue(has->res.get(), 0, 0)) == 0) {
+      schema = script(sql.add_trace_column, "add the trace_id column");
+    }
+  }
   if (schema) schema = script(sql.outbox_create, "create the outbox table");
   if (!schema) {
     (void)run(w, "ROLLBACK");

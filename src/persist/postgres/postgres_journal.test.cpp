@@ -287,6 +287,30 @@ TEST(PostgresJournal, a_schema_of_the_first_layout_is_migrated_on_open) {
       << newer.error().message();
 }
 
+// proves: X4
+TEST(PostgresJournal, a_schema_from_before_trace_ids_gains_the_column_on_open_and_keeps_its_rows) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  const std::string schema = troupe::test::fresh_schema();
+  {
+    auto j = open_journal(conninfo, schema);
+    ASSERT_TRUE(js::append(*j, batch("m", 1, 2)).ok());
+  }
+  exec_sql(conninfo, "ALTER TABLE \"" + schema + "\".events DROP COLUMN trace_id");
+  auto j = open_journal(conninfo, schema);
+  auto old = js::replay(*j, "m");
+  ASSERT_TRUE(old.ok()) << old.error().to_string();
+  EXPECT_EQ(seqs(*old), range(1, 2));
+  EXPECT_EQ(old->at(0).trace_id, "");
+  AppendBatch b = batch("m", 3, 3);
+  b.events[0].trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  ASSERT_TRUE(js::append(*j, b).ok());
+  auto rec = js::recover(*j, "m");
+  ASSERT_TRUE(rec.ok());
+  ASSERT_EQ(rec->events.size(), 3u);
+  EXPECT_EQ(rec->events[2].trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(rec->events[0].trace_id, "");
+}
+
 TEST(PostgresJournal, backends_killed_by_pg_terminate_backend_under_load_lose_no_acknowledged_append) {
   // A server of its own: the test kills its backends.
   troupe::test::PostgresTestServer server;

@@ -82,10 +82,17 @@ Params append_rows(const std::vector<const AppendBatch*>& batches) {
   std::size_t n = 0;
   for (const AppendBatch* b : batches) n += b->events.size();
   RowArrays rows;
+  ArrayParam traces(kByteaOid);
   rows.start(n);
+  traces.start(n);
   for (const AppendBatch* b : batches)
-    for (const EventRecord& e : b->events) rows.add(b->persistence_id, e);
-  return rows.params();
+    for (const EventRecord& e : b->events) {
+      rows.add(b->persistence_id, e);
+      traces.bytes(e.trace_id);
+    }
+  Params p = rows.params();
+  p.array(traces.take(), traces.array_type());
+  return p;
 }
 
 Result<PgConn> Shared::connect(const std::vector<Sql::Prepared>& statements) const {

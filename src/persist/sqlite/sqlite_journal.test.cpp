@@ -385,6 +385,34 @@ TEST_F(SqliteJournalTest, a_journal_of_the_first_layout_gains_fences_on_open) {
   EXPECT_EQ(js::append(*j, b).error().code(), ErrorCode::journal_conflict);
 }
 
+// proves: X4
+TEST_F(SqliteJournalTest, a_journal_from_before_trace_ids_gains_the_column_on_open_and_keeps_its_rows) {
+  {
+    auto j = open();
+    ASSERT_TRUE(js::append(*j, batch("m", 1, 2)).ok());
+  }
+  // Back to the layout without the column.
+  RawDb(path_).exec("ALTER TABLE events DROP COLUMN trace_id");
+  EXPECT_EQ(RawDb(path_).count("SELECT count(*) FROM pragma_table_info('events') WHERE name = 'trace_id'"), 0);
+  auto j = open();
+  EXPECT_EQ(RawDb(path_).count("SELECT count(*) FROM pragma_table_info('events') WHERE name = 'trace_id'"), 1);
+  auto old = js::replay(*j, "m");
+  ASSERT_TRUE(old.ok()) << old.error().to_string();
+  ASSERT_EQ(old->size(), 2u);
+  EXPECT_EQ((*old)[0].trace_id, "");
+  troupe::AppendBatch b = batch("m", 3, 3);
+  b.events[0].trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  ASSERT_TRUE(js::append(*j, b).ok());
+  EXPECT_EQ(js::replay(*j, "m", 3)->at(0).trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(RawDb(path_).count("SELECT count(*) FROM events WHERE trace_id = '4bf92f3577b34da6a3ce929d0e0e4736'"), 1);
+  // A trace id of the wrong SQL type is a corrupt row, not a guess.
+  RawDb(path_).exec("UPDATE events SET trace_id = x'07' WHERE persistence_id = 'm' AND seq = 1");
+  auto bad = js::replay(*j, "m");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code(), ErrorCode::corrupt_record);
+  EXPECT_NE(bad.error().message().find("trace_id is BLOB"), std::string::npos) << bad.error().message();
+}
+
 TEST_F(SqliteJournalTest, another_application_s_database_is_refused_and_left_untouched) {
   {
     RawDb db(path_);
@@ -418,7 +446,8 @@ TEST_F(SqliteJournalTest, a_row_written_behind_the_journal_s_back_still_makes_th
   auto j = open();
   ASSERT_TRUE(js::append(*j, batch("a", 1, 2)).ok());
   RawDb raw(path_);
-  raw.exec("INSERT INTO events VALUES ('a', 4, 0, 'x', 0, x'00')");
+  raw.exec("INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload) "
+           "VALUES ('a', 4, 0, 'x', 0, x'00')");
   auto r = js::append(*j, batch("a", 3, 5));  // 3 goes in, 4 collides
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), ErrorCode::journal_conflict) << r.error().to_string();

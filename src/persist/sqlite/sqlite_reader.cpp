@@ -8,13 +8,14 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace troupe::sqlite {
 namespace {
 
-// Reads the five record columns (seq, timestamp_ms, type, version, payload)
-// of the current row into `out`, checking every SQL type and range: a row
+// Reads the record columns (seq, timestamp_ms, type, version, payload, and
+// for an event trace_id) of the current row into `out`, checking every SQL type and range: a row
 // that is not what this journal writes is corrupt_record, naming the id and
 // the seq (SPEC X1: a bad row is a clear error, never a crash or a guess).
 template <class Record>
@@ -53,6 +54,14 @@ Result<void> read_record(sqlite3_stmt* s, const std::string& path, const std::st
   const auto* payload = static_cast<const char*>(sqlite3_column_blob(s, 4));
   // A zero-length BLOB comes back as a null pointer.
   out.payload.assign(payload != nullptr ? payload : "", static_cast<std::size_t>(sqlite3_column_bytes(s, 4)));
+  if constexpr (std::is_same_v<Record, EventRecord>) {
+    // The trace id: NULL for none (rows written before the column existed).
+    const int t = sqlite3_column_type(s, 5);
+    if (t != SQLITE_NULL && t != SQLITE_TEXT)
+      return corrupt(seq_text, std::string("trace_id is ") + type_name(t) + ", expected TEXT or NULL");
+    const auto* trace = reinterpret_cast<const char*>(sqlite3_column_text(s, 5));
+    out.trace_id.assign(trace != nullptr ? trace : "", static_cast<std::size_t>(sqlite3_column_bytes(s, 5)));
+  }
   return {};
 }
 

@@ -63,6 +63,19 @@ PRAGMA user_version = 2;
 )sql";
 static_assert(kApplicationId == 1953658224, "kCreateSchema spells the application id in decimal");
 
+// Adds the events' trace_id column (SPEC X4) to a file that lacks it: a new
+// one, or one written before the column existed. Older builds still read
+// and write such a file (they name their columns).
+Result<void> add_trace_column(sqlite3* db, const std::string& path) {
+  Stmt s;
+  if (auto r = prepare(db, path, "SELECT count(*) FROM pragma_table_info('events') WHERE name = 'trace_id'", s); !r)
+    return r;
+  ResetOnExit reset(s.get());
+  if (sqlite3_step(s.get()) != SQLITE_ROW) return failed(path, "look for the trace_id column", db);
+  if (sqlite3_column_int64(s.get(), 0) > 0) return {};
+  return exec(db, path, "ALTER TABLE events ADD COLUMN trace_id TEXT", "add the trace_id column");
+}
+
 // Checks the schema under the write lock, creating it in a new file and
 // migrating an older layout, so two first opens cannot both create it (the
 // lock file already excludes that; this keeps the check honest for files
@@ -97,6 +110,7 @@ Result<void> check_schema(sqlite3* db, const std::string& path) {
                                                   std::to_string(version));
     return {};
   }();
+  if (schema) schema = add_trace_column(db, path);
   if (!schema) {
     (void)exec(db, path, "ROLLBACK", "roll back the schema check");
     return schema;

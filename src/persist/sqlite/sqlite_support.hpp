@@ -27,8 +27,8 @@ constexpr std::uint64_t kMaxSeq = static_cast<std::uint64_t>(std::numeric_limits
 constexpr std::size_t kMaxCachedIds = std::size_t{1} << 20;
 
 inline constexpr const char* kInsertEvent =
-    "INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    "INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload, trace_id) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 // Both halves of "highest": the largest stored seq and the deletion mark.
 // One statement, so one consistent read even outside a transaction.
 inline constexpr const char* kSelectHighest =
@@ -49,7 +49,7 @@ inline constexpr const char* kUpsertFence =
     "INSERT INTO fences (key, fence) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET fence = excluded.fence";
 inline constexpr const char* kSelectHighestFence = "SELECT coalesce(max(fence), 0) FROM fences";
 inline constexpr const char* kSelectEvents =
-    "SELECT seq, timestamp_ms, type, version, payload FROM events "
+    "SELECT seq, timestamp_ms, type, version, payload, trace_id FROM events "
     "WHERE persistence_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq";
 inline constexpr const char* kSelectSnapshot =
     "SELECT seq, timestamp_ms, type, version, payload FROM snapshots "

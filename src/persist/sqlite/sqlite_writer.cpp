@@ -162,6 +162,7 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
     if (rc == SQLITE_OK) rc = bind_text(s, 4, e.type);
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 5, e.version);
     if (rc == SQLITE_OK) rc = bind_blob(s, 6, e.payload);
+    if (rc == SQLITE_OK) rc = e.trace_id.empty() ? sqlite3_bind_null(s, 7) : bind_text(s, 7, e.trace_id);
     if (rc == SQLITE_OK) rc = sqlite3_step(s);
     if (rc != SQLITE_DONE) {
       const int ext = sqlite3_extended_errcode(db_.get());

@@ -79,6 +79,8 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     // An idempotent ask sent again after its owner was lost: dropped rather
     // than delivered once its asker no longer waits.
     bool resent = false;
+    // The trace it was routed under, sent on with it (SPEC X4).
+    troupe::detail::TraceRef trace = troupe::detail::TraceRef::current();
   };
   struct Shard {
     std::mutex mu;
@@ -138,6 +140,7 @@ class RegionCore : public std::enable_shared_from_this<RegionCore<B>> {
     std::uint32_t shard = 0;
     std::uint8_t hops = 0;
     std::optional<Command> cmd;
+    troupe::detail::TraceRef trace = troupe::detail::TraceRef::current();  // sent again under it
     std::atomic<bool> claimed{false};
     bool claim() noexcept { return !claimed.exchange(true, std::memory_order_acq_rel); }
   };

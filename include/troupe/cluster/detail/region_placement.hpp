@@ -138,6 +138,7 @@ void RegionCore<B>::flush(Shard& sh, std::uint32_t s) {
   for (auto& p : waiting) {
     // A re-sent ask whose asker gave up while it waited: nobody to answer.
     if (p.resent && !reply_pending(p.cmd)) continue;
+    troupe::detail::BorrowedTraceScope scope(p.trace);
     if (sh.phase == Phase::local) {
       deliver_local(sh, std::move(p.id), std::move(p.cmd));
     } else if (sh.phase == Phase::remote) {

@@ -17,6 +17,7 @@
 #include "troupe/cluster/detail/shard_header.hpp"
 #include "troupe/cluster/messages.hpp"
 #include "troupe/cluster/remote.hpp"
+#include "troupe/core/log.hpp"
 
 namespace troupe::cluster::detail {
 
@@ -79,6 +80,8 @@ void RegionCore<B>::deliver_local(Shard& sh, std::string id, Command cmd) {
 // With sh.mu held and a phase of remote.
 template <class B>
 void RegionCore<B>::send_remote(Shard& sh, std::uint32_t s, std::string id, Command cmd, std::uint8_t hops) {
+  TROUPE_LOG(log::Component::cluster, log::Level::debug, "command sent to the shard's owner",
+             {{"entity", settings.entity.type_name + "|" + id}, {"owner", sh.owner}, {"shard", s}});
   // An ask is kept whole until it is on its way: one that finds its owner
   // gone from the address book was not sent, so it waits for the next
   // owner whether or not it is idempotent.
@@ -182,8 +185,10 @@ void RegionCore<B>::answered(const std::weak_ptr<RegionCore>& self, InFlight& f,
   }
   // Lost, only an idempotent ask may go again: any other may have been
   // handled, and its asker gets the "may or may not" error.
-  if ((lost && core->codecs.idempotent(cmd)) || undelivered)
+  if ((lost && core->codecs.idempotent(cmd)) || undelivered) {
+    troupe::detail::BorrowedTraceScope scope(f.trace);
     return core->resend(f, std::move(cmd), std::move(r).error(), undelivered);
+  }
   core->codecs.answer(cmd, std::move(r));
 }
 
@@ -232,6 +237,8 @@ Result<void> RegionCore<B>::on_remote(std::string_view from, std::string_view re
     return std::move(cmd).error();
   }
   received_remote.fetch_add(1, std::memory_order_relaxed);
+  TROUPE_LOG(log::Component::cluster, log::Level::debug, "command from another node",
+             {{"entity", settings.entity.type_name + "|" + id}, {"from", from}, {"shard", s}});
   {
     Shard& sh = shards[s];
     std::lock_guard lk(sh.mu);

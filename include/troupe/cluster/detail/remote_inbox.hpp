@@ -49,6 +49,12 @@ enum class RemoteKind : std::uint32_t {
   shard_control = 6,
 };
 
+// A tell or ask sent under a trace (SPEC X4) has this bit set in its frame
+// type, and its payload starts with the trace context (kTraceBytes: 16
+// bytes trace id, 8 bytes span id, 1 byte flags); doc/wire.md.
+inline constexpr std::uint32_t kTracedKind = 0x100;
+inline constexpr std::size_t kTraceBytes = 25;
+
 // Starts a frame: kind-specific header written by the caller, then the
 // message id and its bytes.
 Result<void> send_frame(RemotingCore& core, std::string_view node, RemoteKind kind, std::string_view frame);

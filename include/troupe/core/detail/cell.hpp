@@ -31,6 +31,7 @@
 #include "troupe/core/clock.hpp"
 #include "troupe/core/detail/pool.hpp"
 #include "troupe/core/detail/timer_service.hpp"
+#include "troupe/core/detail/trace_box.hpp"
 #include "troupe/core/result.hpp"
 
 namespace troupe {
@@ -68,9 +69,18 @@ enum class SysOp : std::uint8_t { run, drop };
 // A mailbox node. User messages carry `sys == nullptr` and are dispatched by
 // the cell, which knows the message type; runtime messages carry a function
 // that either runs them in the actor's context or drops them (actor gone).
+// Each carries the trace current where it was made (trace.hpp), and runs
+// under it.
 struct Envelope : Pooled {
+  Envelope() noexcept : trace(retain_current_trace()) {}
+  ~Envelope() {
+    if (trace) [[unlikely]] trace_release(trace);
+  }
+  Envelope(const Envelope&) = delete;
+  Envelope& operator=(const Envelope&) = delete;
   Envelope* next = nullptr;
   void (*sys)(Envelope* self, CellBase* cell, SysOp op) = nullptr;
+  TraceBox* trace;  // a reference, or nullptr
 };
 
 // A runtime message implemented by a class with run/drop members. Both take

@@ -25,6 +25,7 @@
 #include "troupe/core/detail/cell.hpp"
 #include "troupe/core/detail/future_state.hpp"
 #include "troupe/core/detail/pool.hpp"
+#include "troupe/core/detail/trace_box.hpp"
 #include "troupe/core/future.hpp"
 #include "troupe/core/result.hpp"
 
@@ -327,8 +328,11 @@ class FutureAwaiter {
       std::move(f_).then(WakeOnComplete<T>(wake_));
     } else {
       // May run at once, on this thread: nothing here touches `this` after.
-      std::move(f_).then([this, h](Result<T> r) {
+      // The coroutine resumes under the trace it suspended in (SPEC X4),
+      // held by the continuation until the resumption returns.
+      std::move(f_).then([this, h, trace = TraceRef::current()](Result<T> r) {
         result_.emplace(std::move(r));
+        BorrowedTraceScope scope(trace);
         h.resume();
       });
     }

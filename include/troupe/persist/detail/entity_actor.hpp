@@ -116,7 +116,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
       overflow(c, "commands waiting for recovery or a persist");
       return;
     }
-    pending_.push_back(std::move(c));
+    pending_.push_back(Waiting{std::move(c), TraceRef::current()});
     resume();
   }
 
@@ -142,18 +142,23 @@ class EntityActor final : public Actor<EntityIn<B>> {
         continue;
       }
       if (pending_head_ == pending_.size()) break;
-      std::unique_ptr<CommandBox> c(new CommandBox(std::move(pending_[pending_head_++])));
+      Waiting w = std::move(pending_[pending_head_++]);
       if (pending_head_ == pending_.size()) {
         pending_.clear();
         pending_head_ = 0;
       }
-      handle(c);
+      // Each command runs under the trace it arrived with (SPEC X4); `w`
+      // keeps the trace for the scope, the box the command.
+      BorrowedTraceScope scope(w.trace);
+      std::unique_ptr<CommandBox> box(new CommandBox(std::move(w.cmd)));
+      handle(box);
     }
     try_finish_stop();
   }
 
   void handle(std::unique_ptr<CommandBox>& box) {
     Command& c = box->cmd;
+    TROUPE_LOG(log::Component::persist, log::Level::debug, "command", {{"entity", pid()}, {"command", command_name(c)}});
     // A throwing handler changed nothing (it sees the state as const): that
     // command fails, the entity and everything queued behind it carry on.
     std::optional<Eff> got;
@@ -181,7 +186,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
       if (stash_.size() >= core_->settings.stash_capacity) {
         overflow(c, "commands stashed");
       } else {
-        stash_.push_back(std::move(c));
+        stash_.push_back(Waiting{std::move(c), TraceRef::current()});
       }
     } else {
       enforce_reply(c);
@@ -223,8 +228,11 @@ class EntityActor final : public Actor<EntityIn<B>> {
       case Eff::After::unstash_all:
         unstash_all();
         break;
-      case Eff::After::stop:
       case Eff::After::passivate:
+        if (core_->settings.log) entity_note(core_->settings.type_name, id_, "passivated after a terminal state");
+        ask_to_stop();
+        break;
+      case Eff::After::stop:
         ask_to_stop();
         break;
     }
@@ -233,7 +241,7 @@ class EntityActor final : public Actor<EntityIn<B>> {
   void unstash_all() {
     if (stash_.empty()) return;
     // Stashed commands arrived before anything still waiting: they go first.
-    std::vector<Command> merged;
+    std::vector<Waiting> merged;
     merged.reserve(stash_.size() + pending_size());
     for (auto& c : stash_) merged.push_back(std::move(c));
     for (std::size_t i = pending_head_; i < pending_.size(); ++i) merged.push_back(std::move(pending_[i]));
@@ -301,13 +309,20 @@ class EntityActor final : public Actor<EntityIn<B>> {
   std::int64_t episode_start_ms_ = 0;
   Duration timeout_{};
   std::uint64_t due_episode_ = 0;
+  // A command waiting for its turn, with the trace it arrived under.
+  struct Waiting {
+    Command cmd;
+    TraceRef trace;
+  };
   // waiting commands: pending_[pending_head_..] in arrival order
-  std::vector<Command> pending_;
+  std::vector<Waiting> pending_;
   std::size_t pending_head_ = 0;
-  std::vector<Command> stash_;
+  std::vector<Waiting> stash_;
   std::unique_ptr<Run> run_;                       // the coroutine handler in progress
   std::vector<std::unique_ptr<Run>> waiting_runs_;  // coroutine handlers not started yet
   std::unique_ptr<Eff> inflight_;
+  TraceRef inflight_trace_;  // the trace the append in flight was made under
+  TraceRef episode_trace_;   // the trace of the event that began the processing episode
   std::int64_t inflight_ts_ = 0;
   std::unique_ptr<Error> recovery_error_;
   TimePoint last_activity_{};

@@ -25,6 +25,7 @@ void EntityActor<B>::apply(const Event& e, std::uint64_t seq, std::int64_t ts_ms
   auto p = processing_of(state_);
   if (p && !in_processing_) {
     in_processing_ = true;
+    episode_trace_ = TraceRef::current();
     episode_ = seq;
     episode_start_ms_ = ts_ms;
     timeout_ = p->timeout;
@@ -34,6 +35,7 @@ void EntityActor<B>::apply(const Event& e, std::uint64_t seq, std::int64_t ts_ms
     if (phase_ == Phase::running) arm_deadline();
   } else if (!p && in_processing_) {
     in_processing_ = false;
+    episode_trace_ = TraceRef();
     if (run_) end_of_episode(episode_);  // E2: a handler awaiting in it never resumes
     core_->processing.leave(id_);
     if (phase_ == Phase::running) this->cancel_timer(kDeadlineKey);
@@ -64,6 +66,13 @@ void EntityActor<B>::on_deadline(std::uint64_t episode) {
   auto p = processing_of(state_);
   if (!p) return;
   bump(core_->counters.processing_timeouts);
+  // The timeout is part of the request that began the episode: its line
+  // and its stored event carry that trace (SPEC X4).
+  TraceRef trace = episode_trace_;
+  BorrowedTraceScope scope(trace);
+  if (core_->settings.log)
+    entity_note(core_->settings.type_name, id_, "processing timed out",
+                std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count());
   start_persist(Eff::persist(std::move(p->timeout_event)), true);
 }
 

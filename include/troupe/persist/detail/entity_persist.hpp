@@ -48,6 +48,12 @@ void EntityActor<B>::start_persist(Eff&& eff, bool is_timeout) {
     batch.events.push_back(
         EventRecord{++seq, ts, std::move(enc->type), enc->version, std::move(enc->payload)});
   }
+  // Stored with the trace of the command (or the episode) that decided them.
+  inflight_trace_ = TraceRef::current();
+  if (const TraceContext* t = inflight_trace_.get()) [[unlikely]] {
+    std::string id = t->trace_id.hex();
+    for (auto& r : batch.events) r.trace_id = id;
+  }
   inflight_ = std::make_unique<Eff>(std::move(eff));
   inflight_ts_ = ts;
   inflight_timeout_ = is_timeout;
@@ -62,6 +68,10 @@ void EntityActor<B>::on_appended(Result<void> r) {
   if (!persisting_) return;
   persisting_ = false;
   std::unique_ptr<Eff> eff = std::move(inflight_);
+  // What follows the append (folding, replies, the next steps) runs under
+  // the trace of the command that made it, as if it had not waited.
+  TraceRef trace = std::move(inflight_trace_);
+  BorrowedTraceScope scope(trace);
   if (!r.ok()) {
     on_append_failed(std::move(r).error(), *eff);
     return;
@@ -76,6 +86,8 @@ void EntityActor<B>::on_appended(Result<void> r) {
   }
   bump(core_->counters.events_persisted, n);
   since_snapshot_ += n;
+  TROUPE_LOG(log::Component::persist, log::Level::debug, "events stored",
+             {{"entity", pid()}, {"events", n}, {"last_seq", seq_}});
   if (inflight_timeout_ && in_processing_) {
     // The timeout event must leave processing (E3). A state that stays
     // would be stuck; count a fresh deadline from now instead.

@@ -59,7 +59,13 @@ void EntityActor<B>::on_recovered(Result<Recovery> r) {
       if (!e.ok())
         return fail_recovery(
             Error(ErrorCode::corrupt_record, "event " + std::to_string(ev.seq) + ": " + e.error().message()));
-      apply(*e, ev.seq, ev.timestamp_ms);
+      {
+        // Under the trace it was stored with: a processing episode it
+        // begins keeps its request's trace across the recovery (SPEC X4).
+        TraceRef trace = ev.trace_id.empty() ? TraceRef() : stored_trace(ev.trace_id);
+        BorrowedTraceScope scope(trace);
+        apply(*e, ev.seq, ev.timestamp_ms);
+      }
       seq_ = ev.seq;
     }
   } catch (const std::exception& ex) {
@@ -87,8 +93,8 @@ void EntityActor<B>::fail_recovery(Error cause) {
 template <class B>
 void EntityActor<B>::fail_all(const Error& e) {
   drop_runs(e);
-  for (std::size_t i = pending_head_; i < pending_.size(); ++i) core_->fail_command(pending_[i], e);
-  for (auto& c : stash_) core_->fail_command(c, e);
+  for (std::size_t i = pending_head_; i < pending_.size(); ++i) core_->fail_command(pending_[i].cmd, e);
+  for (auto& w : stash_) core_->fail_command(w.cmd, e);
   pending_.clear();
   pending_head_ = 0;
   stash_.clear();

@@ -45,7 +45,15 @@ void EntityActor<B>::on_stop_request(bool shutdown, bool immediate) {
   if (stop_requested_) return try_finish_stop();
   stop_requested_ = true;
   (void)shutdown;
-  if (in_processing_ || persisting_) bump(core_->counters.stops_deferred);
+  if (in_processing_ || persisting_) {
+    bump(core_->counters.stops_deferred);
+    if (core_->settings.log && !immediate) {
+      // Logged under the trace of what holds it: the episode, or the append.
+      TraceRef trace = in_processing_ ? episode_trace_ : inflight_trace_;
+      BorrowedTraceScope scope(trace);
+      entity_note(core_->settings.type_name, id_, "stop deferred while processing");
+    }
+  }
   resume();
 }
 
@@ -63,8 +71,8 @@ void EntityActor<B>::try_finish_stop() {
   // Whatever is left goes back to the shard, for the next incarnation.
   std::vector<Command> left;
   left.reserve(stash_.size() + pending_size());
-  for (auto& c : stash_) left.push_back(std::move(c));
-  for (std::size_t i = pending_head_; i < pending_.size(); ++i) left.push_back(std::move(pending_[i]));
+  for (auto& w : stash_) left.push_back(std::move(w.cmd));
+  for (std::size_t i = pending_head_; i < pending_.size(); ++i) left.push_back(std::move(pending_[i].cmd));
   stash_.clear();
   pending_.clear();
   pending_head_ = 0;

@@ -22,6 +22,7 @@
 #include <variant>
 #include <vector>
 
+#include "troupe/core/log.hpp"
 #include "troupe/persist/entity.hpp"
 #include "troupe/persist/detail/entity_behaviour.hpp"
 #include "troupe/persist/detail/entity_outbox.hpp"
@@ -91,6 +92,13 @@ class RegistryStop {
 // processing timeout declared so far plus one second.
 Duration graceful_stop_bound(const EntitySettings& settings, const EntityCounters& counters) noexcept;
 void entity_log(const std::string& type_name, std::string_view id, std::string_view what);
+// A line of the seed-000 kind (processing timed out, stop deferred,
+// passivated), at info, component persist, under the current trace.
+void entity_note(const std::string& type_name, std::string_view id, std::string_view what,
+                 std::int64_t ms_field = -1);
+// The trace an event was stored under (EventRecord::trace_id), to run what
+// it starts under again after a recovery; empty for none or unreadable.
+TraceRef stored_trace(const std::string& trace_id);
 std::int64_t wall_ms(WallTime t) noexcept;
 // Checks EntityRegistry::start's arguments (see there) and fills in the
 // settings' defaults; `threads` is the actor system's worker count.
