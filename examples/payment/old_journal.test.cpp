@@ -68,7 +68,8 @@ class OldJournal : public ::testing::Test {
   }
   void TearDown() override {
     if (system_) {
-      (void)registry_->stop(5s);
+      auto stopped = registry_->stop(5s);
+      EXPECT_TRUE(stopped.ok()) << stopped.error().to_string();
       registry_.reset();
       system_.reset();
     }
