@@ -1,7 +1,6 @@
 // The logging facade: levels per component, text and JSON lines, the
 // current trace id on every line (SPEC X2, X4), a file destination, and a
 // disabled level that builds nothing.
-// proves: X4
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -72,6 +71,7 @@ TEST_F(LogTest, ADisabledLevelDoesNotBuildTheMessage) {
   EXPECT_EQ(lines().size(), 1u);
 }
 
+// proves: X4
 TEST_F(LogTest, JsonLinesCarryTheFieldsAndTheCurrentTraceId) {
   use({.level = Level::info, .format = log::Format::json, .fields = {{"node", "pay-1"}}});
   auto ctx = troupe::TraceContext::generate();
@@ -102,6 +102,7 @@ TEST_F(LogTest, JsonLinesCarryTheFieldsAndTheCurrentTraceId) {
   EXPECT_TRUE(b["ts"].get<std::string>().ends_with("Z"));
 }
 
+// proves: X4
 TEST_F(LogTest, TextLinesShowTheTraceIdAndQuoteValuesWithSpaces) {
   use({.level = Level::info});
   auto ctx = troupe::TraceContext::generate();

@@ -4,7 +4,6 @@
 // it; and the seed-000 lines (processing timed out, stop deferred while
 // processing, passivated after a terminal state) are logged at info with
 // the trace of the request they belong to, across a recovery too.
-// proves: X4
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -100,6 +99,7 @@ class EntityTraces : public ::testing::Test {
   std::optional<EntityRegistry<Pay>> reg;
 };
 
+// proves: X4
 TEST_F(EntityTraces, each_commands_events_carry_its_own_trace_even_when_it_waited_for_an_append) {
   auto a = TraceContext::generate();
   auto b = TraceContext::generate();
@@ -116,6 +116,7 @@ TEST_F(EntityTraces, each_commands_events_carry_its_own_trace_even_when_it_waite
   EXPECT_EQ(traces_of("pay|p1"), (std::vector<std::string>{a.trace_id.hex(), b.trace_id.hex(), ""}));
 }
 
+// proves: X4
 TEST_F(EntityTraces, the_gateway_answer_is_stored_under_the_trace_of_the_settle_that_asked_for_it) {
   auto t = TraceContext::generate();
   ASSERT_TRUE(settle_under(t, "p1", 5).ok());
