@@ -6,6 +6,7 @@
 #include "troupe/cluster/node_id.hpp"
 
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -38,6 +39,29 @@ Result<std::pair<std::string, std::uint16_t>> host_port(std::string_view text, c
   if (ec != std::errc() || end != digits.data() + digits.size() || port == 0 || port > 65535)
     return bad(setting + ": the port in \"" + std::string(text) + "\" is not a number from 1 to 65535");
   return std::pair<std::string, std::uint16_t>{std::string(text.substr(0, colon)), static_cast<std::uint16_t>(port)};
+}
+
+// [cluster]'s Redis password: the file named by redis_password_file (its
+// first line), or TROUPE_REDIS_PASSWORD, never both; empty when neither.
+Result<std::string> redis_password(const std::string& user, const std::string& file) {
+  const char* env = std::getenv("TROUPE_REDIS_PASSWORD");
+  bool from_env = env != nullptr && *env != '\0';
+  if (!file.empty() && from_env)
+    return bad("cluster.redis_password_file: TROUPE_REDIS_PASSWORD is set too; give the password one way only");
+  std::string pw;
+  if (from_env) {
+    pw = env;
+  } else if (!file.empty()) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return bad("cluster.redis_password_file: '" + file + "' cannot be read");
+    std::getline(in, pw);
+    if (!pw.empty() && pw.back() == '\r') pw.pop_back();
+    if (pw.empty()) return bad("cluster.redis_password_file: the first line of '" + file + "' is empty");
+  }
+  if (!user.empty() && pw.empty())
+    return bad("cluster.redis_user: user '" + user +
+               "' needs a password: set cluster.redis_password_file or TROUPE_REDIS_PASSWORD");
+  return pw;
 }
 
 }  // namespace
@@ -240,6 +264,18 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     TROUPE_TRY(hp, host_port(redis, "cluster.redis"));
     c.cluster.redis_host = hp.first;
     c.cluster.redis_port = hp.second;
+    if (r.has("redis_password"))
+      return fail(bad("cluster.redis_password: the password does not go in the config; name a file holding it with "
+                      "cluster.redis_password_file, or set TROUPE_REDIS_PASSWORD"));
+    TROUPE_TRY(ruser, r.string("redis_user", ""));
+    if (ruser.find_first_of(" \t\r\n") != std::string::npos)
+      return fail(bad("cluster.redis_user: \"" + ruser + "\" must not contain blanks"));
+    TROUPE_TRY(rfile, r.string("redis_password_file", ""));
+    if (c.cluster.enabled) {
+      TROUPE_TRY(rpw, redis_password(ruser, rfile));
+      c.cluster.redis_user = ruser;
+      c.cluster.redis_password = std::move(rpw);
+    }
     TROUPE_TRY(prefix, r.string("key_prefix", c.cluster.key_prefix));
     if (prefix.empty()) return fail(bad("cluster.key_prefix: empty"));
     c.cluster.key_prefix = prefix;

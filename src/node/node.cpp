@@ -91,6 +91,8 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config, WorkerTypes workers
     cs.coordination.app_version = c.app_version;
     cs.coordination.redis_host = c.cluster.redis_host;
     cs.coordination.redis_port = c.cluster.redis_port;
+    cs.coordination.redis_user = c.cluster.redis_user;
+    cs.coordination.redis_password = c.cluster.redis_password;
     cs.coordination.key_prefix = c.cluster.key_prefix;
     cs.coordination.heartbeat_interval = c.cluster.heartbeat;
     cs.coordination.liveness_threshold = c.cluster.liveness_threshold;

@@ -214,6 +214,10 @@ struct CoordinatorSettings {
 
   std::string redis_host = "127.0.0.1";
   std::uint16_t redis_port = 6379;
+  // A Redis 6+ ACL user: the connections send AUTH <user> <password>
+  // (doc/redis.md has the ACL rule it needs). Empty: AUTH <password>, the
+  // default user. A user needs a password.
+  std::string redis_user;
   std::string redis_password;         // empty: no AUTH
   std::string key_prefix = "troupe";  // every key is "{<prefix>}:...": one hash slot
 

@@ -124,6 +124,10 @@ struct ClusterConfig {
   bool enabled = false;  // a [cluster] table is present
   std::string redis_host = "127.0.0.1";
   std::uint16_t redis_port = 6379;
+  // redis_user, and the password read from redis_password_file or
+  // TROUPE_REDIS_PASSWORD at parse time (never written in the TOML).
+  std::string redis_user;
+  std::string redis_password;
   std::string key_prefix = "troupe";
   std::string listen_host = "127.0.0.1";
   std::uint16_t listen_port = 7101;

@@ -33,7 +33,7 @@ std::string random_session() {
 Coordinator::Impl::Impl(CoordinatorSettings s)
     : s_(std::move(s)),
       keys_(s_.key_prefix),
-      endpoint_{s_.redis_host, s_.redis_port, s_.redis_password},
+      endpoint_{s_.redis_host, s_.redis_port, s_.redis_user, s_.redis_password},
       script_keys_(keys_.script_keys()),
       work_(asio::make_work_guard(io_)),
       cmd_(io_, endpoint_, "commands", s_.command_timeout),
@@ -307,6 +307,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::create(CoordinatorSettings s) 
   if (auto v = validate_app_version(s.app_version); !v.ok()) return bad(v.error().message());
   if (s.redis_host.empty()) return bad("redis_host is empty");
   if (s.redis_port == 0) return bad("redis_port must not be 0");
+  if (!s.redis_user.empty() && s.redis_password.empty())
+    return bad("redis_user '" + s.redis_user + "' needs a redis_password (Redis' AUTH takes both)");
+  if (s.redis_user.find_first_of(" \t\r\n") != std::string::npos) return bad("redis_user must not contain blanks");
   if (s.key_prefix.empty() || s.key_prefix.find_first_of("{}: \t\r\n") != std::string::npos)
     return bad("key_prefix must be non-empty, without braces, colons or blanks");
   if (s.heartbeat_interval < std::chrono::milliseconds(1))

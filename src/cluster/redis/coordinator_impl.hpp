@@ -241,6 +241,7 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   // After `backoff` on `timer`, while `needed()`, runs `connect`; a failure
   // doubles `backoff` (up to reconnect_max_backoff) and tries again, a
   // success resets it and runs `up`. `what` names the attempt in the log.
+  void log_auth_refusal(const std::string& what, const Error& e);
   void reconnect_later(asio::steady_timer& timer, Duration& backoff, std::function<bool()> needed,
                        std::function<void(std::function<void(Result<void>)>)> connect, std::function<void()> up,
                        std::string what);
@@ -394,6 +395,9 @@ class Coordinator::Impl : public std::enable_shared_from_this<Impl> {
   std::optional<Error> start_error_;
   std::set<std::string> warned_entries_;
   bool link_warned_ = false;
+  // An AUTH refusal was logged (at auth_refused_at_): the next one waits a minute.
+  bool auth_refused_logged_ = false;
+  TimePoint auth_refused_at_{};
   std::vector<Member> last_members_;
   // The versions the last rebalance found mixed (empty: it ran), so waiting
   // and resuming are logged once each, however often rebalance is called.

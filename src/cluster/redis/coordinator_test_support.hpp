@@ -385,7 +385,9 @@ class RedisCoordinatorTest : public ::testing::Test {
     fleet.crashed(n.id);
   }
 
-  std::unique_ptr<RedisTestClient> client() { return std::make_unique<RedisTestClient>(redis->port()); }
+  std::unique_ptr<RedisTestClient> client() {
+    return std::make_unique<RedisTestClient>(redis->port(), redis->admin_password(), redis->admin_user());
+  }
   cluster::detail::KeyNames keys{"troupe"};
 
   // Makes a member entry by hand: id, heartbeat `age_ms` ago (Redis time).

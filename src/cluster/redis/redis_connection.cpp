@@ -71,6 +71,8 @@ std::string RedisReply::describe() const {
   return "?";
 }
 
+bool is_auth_refusal(const Error& e) { return e.message().find(kAuthRefused) != std::string::npos; }
+
 // --- the event-loop adapter ------------------------------------------------------
 
 // hiredis asks for read and write readiness through these hooks; each is a
@@ -271,13 +273,19 @@ void RedisConnection::on_connected() {
     finish_connect({});
     return;
   }
-  send({"AUTH", endpoint_.password}, [this](Result<RedisReply> r) {
+  std::vector<std::string> auth = {"AUTH"};
+  if (!endpoint_.user.empty()) auth.push_back(endpoint_.user);
+  auth.push_back(endpoint_.password);
+  send(std::move(auth), [this](Result<RedisReply> r) {
     if (!r.ok()) {
       finish_connect(std::move(r).error());
       return;
     }
     if (r->is_error()) {
-      Error e = error("AUTH refused: " + r->str);
+      // Redis' reply ("WRONGPASS invalid username-password pair or user is
+      // disabled.") names neither; the user name is no secret.
+      std::string as = endpoint_.user.empty() ? std::string() : " for user '" + endpoint_.user + "'";
+      Error e = error(std::string(kAuthRefused) + as + ": " + r->str);
       closing_by_owner_ = true;
       free_context();
       finish_connect(std::move(e));

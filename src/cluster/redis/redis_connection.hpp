@@ -51,9 +51,15 @@ struct RedisReply {
 struct RedisEndpoint {
   std::string host = "127.0.0.1";
   std::uint16_t port = 6379;
-  std::string password;  // empty: no AUTH
+  std::string user;      // a Redis 6+ ACL user: AUTH <user> <password>; empty: AUTH <password>
+  std::string password;  // empty: no AUTH (then `user` must be empty too)
   std::string describe() const { return host + ":" + std::to_string(port); }
 };
+
+// Every connect() failure caused by Redis refusing AUTH carries this in its
+// message (never the password): the coordinator logs those apart.
+inline constexpr std::string_view kAuthRefused = "AUTH refused";
+bool is_auth_refusal(const Error& e);
 
 class RedisConnection {
  public:

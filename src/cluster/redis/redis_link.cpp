@@ -123,15 +123,37 @@ void Coordinator::Impl::reconnect_later(asio::steady_timer& timer, Duration& bac
     connect([this, &timer, &backoff, needed, connect, up, what](Result<void> r) {
       if (halted_) return;
       if (!r.ok()) {
-        log(CoordinatorLogLevel::debug, what + " failed: " + r.error().message());
+        if (detail::is_auth_refusal(r.error())) {
+          log_auth_refusal(what, r.error());
+        } else {
+          log(CoordinatorLogLevel::debug, what + " failed: " + r.error().message());
+        }
         backoff = std::min(backoff * 2, s_.reconnect_max_backoff);
         reconnect_later(timer, backoff, needed, connect, up, what);
         return;
       }
       backoff = s_.reconnect_min_backoff;
+      if (auth_refused_logged_) {
+        auth_refused_logged_ = false;
+        log(CoordinatorLogLevel::info, "Redis at " + endpoint_.describe() + " accepts this node's AUTH again");
+      }
       up();
     });
   });
+}
+
+// Wrong credentials do not heal by retrying, so unlike other reconnect
+// failures they are an error line; but the loop retries every back-off, so
+// at most one line a minute (the message holds Redis' reply, never the
+// password).
+void Coordinator::Impl::log_auth_refusal(const std::string& what, const Error& e) {
+  TimePoint now = steady_now();
+  if (auth_refused_logged_ && now - auth_refused_at_ < std::chrono::minutes(1)) return;
+  auth_refused_logged_ = true;
+  auth_refused_at_ = now;
+  log(CoordinatorLogLevel::error, what + " failed: " + e.message() +
+                                      "; without heartbeats this node fences itself until Redis accepts its "
+                                      "credentials (reported again in a minute at the earliest)");
 }
 
 void Coordinator::Impl::connect_beat(std::function<void(Result<void>)> done) {

@@ -49,7 +49,8 @@ namespace troupe::test {
 // directly. Owns its hiredis context; not thread-safe (one per thread).
 class RedisTestClient {
  public:
-  explicit RedisTestClient(int port, const std::string& password = "") {
+  // With a password it sends AUTH [user] password first.
+  explicit RedisTestClient(int port, const std::string& password = "", const std::string& user = "") {
     timeval tv{5, 0};
     c_ = redisConnectWithTimeout("127.0.0.1", port, tv);
     if (c_ == nullptr || c_->err != 0) {
@@ -59,7 +60,13 @@ class RedisTestClient {
                                ": " + why);
     }
     redisSetTimeout(c_, tv);
-    if (!password.empty()) cmd({"AUTH", password});
+    if (!password.empty()) {
+      auto a = user.empty() ? cmd({"AUTH", password}) : cmd({"AUTH", user, password});
+      if (a.is_error()) {
+        redisFree(c_);
+        throw std::runtime_error("redis test client: AUTH refused: " + a.str);
+      }
+    }
   }
   ~RedisTestClient() { redisFree(c_); }
   RedisTestClient(const RedisTestClient&) = delete;
@@ -106,9 +113,39 @@ class RedisTestClient {
   redisContext* c_ = nullptr;
 };
 
+// Runs args[0] with `args`, its standard streams on /dev/null and no other
+// descriptor of the test (listeners, proxies must not live on in it);
+// throws when it cannot be started.
+inline pid_t spawn_quietly(std::vector<std::string> args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("test: cannot run " + args[0] + ": " + std::strerror(rc));
+  return pid;
+}
+
 struct RedisTestServerOptions {
-  std::string password;       // requirepass; empty: none
+  std::string password{};     // requirepass; empty: none
   bool fsync_always = false;  // fsync every write (slower): data survives kill() too
+  // ACL users, each the rules of one aclfile line after "user " (the same
+  // words ACL SETUSER takes: "name on >pw ~key* +cmd ..."). When any is
+  // given the server runs from that aclfile with the default user off, and
+  // the test's own connections (admin_user(), admin_password()) log in as
+  // a user with every right. `password` is then ignored.
+  std::vector<std::string> acl_users{};
+  // PEM certificate and key: the server also listens with TLS only on
+  // tls_port() (no client certificates asked); port() stays plain for the
+  // test's own connections.
+  std::string tls_cert_file{}, tls_key_file{};
 };
 
 class RedisTestServer {
@@ -121,6 +158,7 @@ class RedisTestServer {
     if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("redis test server: mkdtemp failed");
     dir_ = pattern;
     port_ = free_port();
+    if (!options_.tls_cert_file.empty()) tls_port_ = free_port();
     start();
   }
   ~RedisTestServer() {
@@ -156,8 +194,15 @@ class RedisTestServer {
 
   bool running() const { return pid_ > 0; }
   int port() const { return port_; }
+  int tls_port() const { return tls_port_; }
   const std::string& dir() const { return dir_; }
   const std::string& password() const { return options_.password; }
+  // Who RedisTestClient logs in as to look at or change this server: the
+  // ACL admin with acl_users, else the default user with `password`.
+  std::string admin_user() const { return options_.acl_users.empty() ? "" : "troupe-test-admin"; }
+  std::string admin_password() const {
+    return options_.acl_users.empty() ? options_.password : "admin-" + std::to_string(port_);
+  }
   std::string log() const {
     std::ifstream in(dir_ + "/redis.log");
     std::stringstream ss;
@@ -220,25 +265,26 @@ class RedisTestServer {
                                      "",
                                      "--logfile",
                                      dir_ + "/redis.log"};
-    if (!options_.password.empty()) {
+    if (!options_.tls_cert_file.empty()) {
+      args.insert(args.end(), {"--tls-port", std::to_string(tls_port_), "--tls-cert-file", options_.tls_cert_file,
+                               "--tls-key-file", options_.tls_key_file, "--tls-auth-clients", "no"});
+    }
+    if (!options_.acl_users.empty()) {
+      // Written at every start, so the rules of the options win over any
+      // ACL SETUSER the test made before a restart.
+      std::ofstream acl(dir_ + "/users.acl", std::ios::trunc);
+      acl << "user default off\n";
+      acl << "user " << admin_user() << " on >" << admin_password() << " ~* &* +@all\n";
+      for (const auto& u : options_.acl_users) acl << "user " << u << "\n";
+      acl.close();
+      if (!acl) throw std::runtime_error("redis test server: cannot write " + dir_ + "/users.acl");
+      args.push_back("--aclfile");
+      args.push_back(dir_ + "/users.acl");
+    } else if (!options_.password.empty()) {
       args.push_back("--requirepass");
       args.push_back(options_.password);
     }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    // Sockets of the test (listeners, proxies) must not live on in Redis.
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    pid_t pid = 0;
-    int rc = posix_spawn(&pid, bin_.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw std::runtime_error("redis test server: cannot run " + bin_ + ": " + std::strerror(rc));
-    pid_ = pid;
+    pid_ = spawn_quietly(args);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < deadline) {
       int status = 0;
@@ -263,8 +309,10 @@ class RedisTestServer {
     pid_t found = -1;
     if (c != nullptr && c->err == 0) {
       redisSetTimeout(c, tv);
-      if (!options_.password.empty()) {
-        auto* a = static_cast<redisReply*>(redisCommand(c, "AUTH %s", options_.password.c_str()));
+      if (!admin_password().empty()) {
+        auto* a = static_cast<redisReply*>(
+            admin_user().empty() ? redisCommand(c, "AUTH %s", admin_password().c_str())
+                                 : redisCommand(c, "AUTH %s %s", admin_user().c_str(), admin_password().c_str()));
         if (a != nullptr) freeReplyObject(a);
       }
       auto* r = static_cast<redisReply*>(redisCommand(c, "INFO"));
@@ -292,6 +340,7 @@ class RedisTestServer {
   Options options_;
   std::string bin_, dir_;
   int port_ = 0;
+  int tls_port_ = 0;
   pid_t pid_ = -1;
   bool started_once_ = false;
 };

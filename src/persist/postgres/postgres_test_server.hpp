@@ -8,6 +8,11 @@
 // `postgres` OS user and the server tools run through `runuser -u postgres`.
 // Missing PostgreSQL binaries (Debian: postgresql, see scripts/setup-deps)
 // throw, so the tests that need a server fail with that message.
+// Options add TLS (a certificate the test made), hostssl-only access and
+// password logins for roles other than `postgres`.
+//
+// Ownership: the object owns the server process and its directory (unless
+// keep_running()). Thread safety: none; use it from one thread.
 
 #include <arpa/inet.h>
 #include <libpq-fe.h>
@@ -32,10 +37,24 @@
 
 namespace troupe::test {
 
+struct PostgresTestServerOptions {
+  // PEM files of the server's certificate and key: copied into the server's
+  // directory (the key with mode 0600, owned by the server's user) and
+  // served with ssl=on. Empty: no TLS.
+  std::string ssl_cert_file{}, ssl_key_file{};
+  // pg_hba.conf takes TCP connections only as hostssl: plain ones are refused.
+  bool ssl_only = false;
+  // Over TCP, roles other than `postgres` log in with a password
+  // (scram-sha-256); `postgres` stays trusted.
+  bool passwords = false;
+};
+
 class PostgresTestServer {
  public:
+  using Options = PostgresTestServerOptions;
+
   // Creates and starts a server in a fresh temp directory.
-  PostgresTestServer() {
+  explicit PostgresTestServer(Options options = {}) : options_(std::move(options)) {
     bin_ = find_bin_dir();
     std::string pattern = (std::filesystem::temp_directory_path() / "troupe-pg-XXXXXX").string();
     if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("postgres test server: mkdtemp failed");
@@ -51,10 +70,11 @@ class PostgresTestServer {
     }
     sh(bin_ + "/initdb -D " + data() + " -A trust -U postgres -E UTF8 --no-sync > " + dir_ + "/initdb.log 2>&1",
        "initdb");
+    configure();
     port_ = free_port();
     start();
-    // The database the tests use.
-    PGconn* c = PQconnectdb(conninfo("postgres").c_str());
+    // The database the tests use (over the unix socket: TCP may need TLS).
+    PGconn* c = PQconnectdb(admin_conninfo("postgres").c_str());
     bool ok = PQstatus(c) == CONNECTION_OK;
     if (ok) {
       PGresult* r = PQexec(c, "CREATE DATABASE troupe_test");
@@ -76,8 +96,11 @@ class PostgresTestServer {
 
   // Starts the (stopped) server again on the same port and data.
   void start() {
+    std::string ssl;
+    if (!options_.ssl_cert_file.empty())
+      ssl = " -c ssl=on -c ssl_cert_file=" + dir_ + "/server.crt -c ssl_key_file=" + dir_ + "/server.key";
     sh(bin_ + "/pg_ctl -D " + data() + " -l " + dir_ + "/server.log -w -t 30 -o \"-c listen_addresses=127.0.0.1 -p " +
-           std::to_string(port_) + " -c unix_socket_directories=" + dir_ + "\" start > /dev/null",
+           std::to_string(port_) + " -c unix_socket_directories=" + dir_ + ssl + "\" start > /dev/null",
        "pg_ctl start (log: " + dir_ + "/server.log)");
     running_ = true;
   }
@@ -90,6 +113,11 @@ class PostgresTestServer {
 
   std::string conninfo(const std::string& db = "troupe_test") const {
     return "host=127.0.0.1 port=" + std::to_string(port_) + " user=postgres dbname=" + db + " connect_timeout=5";
+  }
+  // As the trusted `postgres` over the unix socket in dir(), whatever the
+  // TCP rules: for the test's own changes (roles, passwords).
+  std::string admin_conninfo(const std::string& db = "troupe_test") const {
+    return "host=" + dir_ + " port=" + std::to_string(port_) + " user=postgres dbname=" + db;
   }
   int port() const { return port_; }
   const std::string& dir() const { return dir_; }
@@ -124,6 +152,27 @@ class PostgresTestServer {
 
  private:
   std::string data() const { return dir_ + "/data"; }
+
+  // The options' pg_hba.conf and certificate files, before the first start.
+  void configure() {
+    if (!options_.ssl_cert_file.empty()) {
+      namespace fs = std::filesystem;
+      fs::copy_file(options_.ssl_cert_file, dir_ + "/server.crt", fs::copy_options::overwrite_existing);
+      fs::copy_file(options_.ssl_key_file, dir_ + "/server.key", fs::copy_options::overwrite_existing);
+      fs::permissions(dir_ + "/server.key", fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+      if (passwd* pw = geteuid() == 0 ? getpwnam("postgres") : nullptr; pw != nullptr)
+        for (const char* f : {"/server.crt", "/server.key"})
+          if (chown((dir_ + f).c_str(), pw->pw_uid, pw->pw_gid) != 0)
+            throw std::runtime_error("postgres test server: cannot chown " + dir_ + f);
+    }
+    if (!options_.ssl_only && !options_.passwords) return;  // initdb's: trust everywhere
+    const std::string tcp = options_.ssl_only ? "hostssl" : "host";
+    std::ofstream hba(data() + "/pg_hba.conf", std::ios::trunc);
+    hba << "local all all trust\n";
+    hba << tcp << " all postgres 127.0.0.1/32 trust\n";
+    hba << tcp << " all all 127.0.0.1/32 " << (options_.passwords ? "scram-sha-256" : "trust") << "\n";
+    if (!hba) throw std::runtime_error("postgres test server: cannot write pg_hba.conf");
+  }
   void sh(const std::string& cmd, const std::string& what) const {
     if (std::system((as_ + cmd).c_str()) != 0) {
       std::string log;
@@ -146,6 +195,7 @@ class PostgresTestServer {
     return ntohs(a.sin_port);
   }
 
+  Options options_;
   std::string bin_, dir_, as_;
   int port_ = 0;
   bool running_ = false;

@@ -369,7 +369,9 @@ Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::ve
     // The connection broke with the transaction sent: it committed or not.
     // One of its rows says which, once a connection is back.
     drop_connection();
-    std::optional<bool> stored = appends.empty() ? std::nullopt : verify(*appends.front(), deadline);
+    std::string reconnect_why;
+    std::optional<bool> stored =
+        appends.empty() ? std::nullopt : verify(*appends.front(), deadline, reconnect_why);
     if (stored == true) {
       count_commit(events);
       return GroupEnd::committed;
@@ -379,14 +381,14 @@ Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::ve
                   stored == false ? "postgres journal: the connection was lost and the server stayed unreachable: " +
                                         o.message + "; nothing of it was stored"
                                   : "postgres journal: the connection was lost during the commit; the outcome is "
-                                    "unknown (the write may or may not be stored): " + o.message);
+                                    "unknown (the write may or may not be stored): " + o.message +
+                                        (reconnect_why.empty() ? "" : "; reconnecting failed: " + reconnect_why));
     return GroupEnd::failed;
   }
 }
 
-std::optional<bool> Writer::verify(const AppendBatch& batch, Clock::time_point deadline) {
+std::optional<bool> Writer::verify(const AppendBatch& batch, Clock::time_point deadline, std::string& why) {
   for (;;) {
-    std::string why;
     if (!ensure_connected(deadline, why)) return std::nullopt;
     const EventRecord& e = batch.events.front();
     Params p;

@@ -113,7 +113,9 @@ class Writer final : public detail::JournalLane {
   Result<void> slow_append(AppendBatch& batch, bool& lost);
   // An outbox claim or settlement, in a transaction of its own (pg_outbox.cpp).
   Result<void> do_outbox(detail::OutboxWrite& op, Clock::time_point deadline);
-  std::optional<bool> verify(const AppendBatch& batch, Clock::time_point deadline);
+  // `why`: when no connection came back, the last attempt's error (a
+  // refused password, a refused certificate) for the caller's message.
+  std::optional<bool> verify(const AppendBatch& batch, Clock::time_point deadline, std::string& why);
 
   // A transaction of `events` appended events committed.
   void count_commit(std::uint64_t events) {
