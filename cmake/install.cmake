@@ -109,7 +109,7 @@ troupe_pkg_config(core PRIVATE spdlog LIBS -pthread)
 troupe_pkg_config(net REQUIRES troupe-core)
 troupe_pkg_config(persist REQUIRES troupe-core PRIVATE sqlite3 libpq)
 troupe_pkg_config(patterns REQUIRES troupe-core troupe-persist)
-troupe_pkg_config(cluster REQUIRES troupe-core troupe-persist troupe-patterns PRIVATE troupe-net hiredis)
+troupe_pkg_config(cluster REQUIRES troupe-core troupe-persist troupe-patterns PRIVATE troupe-net hiredis libssl libcrypto)
 troupe_pkg_config(node REQUIRES troupe-net troupe-cluster nlohmann_json tomlplusplus)
 troupe_pkg_config(protobuf REQUIRES troupe-persist protobuf)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/troupe.pc.in ${PROJECT_BINARY_DIR}/pkgconfig/troupe.pc @ONLY)
@@ -126,6 +126,7 @@ set(TROUPE_DEB_DEPENDS
     libsqlite3-dev
     libpq-dev
     libhiredis-dev
+    libssl-dev
     nlohmann-json3-dev
     libtomlplusplus-dev
     libboost-dev

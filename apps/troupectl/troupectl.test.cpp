@@ -355,7 +355,7 @@ TEST(TroupectlCluster, WorkersPrintTheUnitsPlacedInRedisWithTheirOwnersAndEpochs
   auto cfg = NodeConfig::parse("[node]\nid = \"c1\"\ndata_dir = \"" + dir.string() +
                                    "\"\nthreads = 2\n[admin]\nport = 0\n[journal]\nbackend = \"memory\"\n"
                                    "[cluster]\nredis = \"127.0.0.1:" + std::to_string(redis.port()) +
-                                   "\"\nlisten_port = 0\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
+                                   "\"\nlisten_port = 0\ninsecure = true\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
                                    "takeover_margin_ms = 200\n",
                                "c1.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();

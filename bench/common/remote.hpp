@@ -94,15 +94,16 @@ inline std::string tell_tag() { return std::string(kTagSize, 't'); }
 
 // Reports remote_ask, remote_ask_p50 and remote_ask_p99 from the timed
 // phase's duration and its per-round-trip latencies (ns).
-inline void report_ask(double seconds, std::vector<int64_t>& latencies_ns) {
-  report("remote_ask", static_cast<double>(latencies_ns.size()) / seconds, "round trips/s");
-  report("remote_ask_p50", percentile(latencies_ns, 50) / 1e3, "us");
-  report("remote_ask_p99", percentile(latencies_ns, 99) / 1e3, "us");
+// `name`: the workload reported (remote_ask_tls: the same over TLS).
+inline void report_ask(double seconds, std::vector<int64_t>& latencies_ns, const std::string& name = "remote_ask") {
+  report(name.c_str(), static_cast<double>(latencies_ns.size()) / seconds, "round trips/s");
+  report((name + "_p50").c_str(), percentile(latencies_ns, 50) / 1e3, "us");
+  report((name + "_p99").c_str(), percentile(latencies_ns, 99) / 1e3, "us");
 }
 
-inline void report_tell(double seconds, long messages) {
-  report("remote_tell", static_cast<double>(messages) / seconds, "msgs/s");
-  report("remote_tell_rss", static_cast<double>(proc_status_kb("VmHWM")) / 1024.0, "MB");
+inline void report_tell(double seconds, long messages, const std::string& name = "remote_tell") {
+  report(name.c_str(), static_cast<double>(messages) / seconds, "msgs/s");
+  report((name + "_rss").c_str(), static_cast<double>(proc_status_kb("VmHWM")) / 1024.0, "MB");
 }
 
 // The server node, a child process running `/proc/self/exe remote_server

@@ -47,6 +47,7 @@ class Driver {
     cfg.log_dead_letters = false;
     system_ = std::make_unique<ActorSystem>(std::move(cfg));
     Remoting::Settings rs;
+    rs.security.insecure = true;
     rs.node_id = "driver";
     auto r = Remoting::start(*system_, rs);
     if (!r.ok()) die(r.error().to_string());

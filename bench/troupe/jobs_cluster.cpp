@@ -76,6 +76,7 @@ std::vector<std::unique_ptr<Node>> start_nodes(troupe::cluster::StaticShardDirec
     cfg.threads = 1;  // three 1-core nodes on two cores
     n->system = std::make_unique<troupe::ActorSystem>(cfg);
     troupe::cluster::Remoting::Settings rs;
+    rs.security.insecure = true;
     rs.node_id = id;
     auto r = troupe::cluster::Remoting::start(*n->system, rs);
     if (!r.ok()) die("node " + id + ": cannot start remoting: " + r.error().to_string());

@@ -74,6 +74,7 @@ troupe::SystemConfig config() {
 
 std::unique_ptr<Cluster> join(ActorSystem& sys, const char* id) {
   troupe::cluster::ClusterSettings cs;
+  cs.security.insecure = true;
   cs.node_id = id;
   cs.coordination.redis_port = redis_port();
   cs.coordination.key_prefix = "bench-lock";

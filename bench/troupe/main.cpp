@@ -31,8 +31,8 @@ void jobs_cluster(const std::string& workload);  // jobs_cluster.cpp: jobs_clust
 void failover();                         // cluster.cpp
 void rebalance();                        // cluster.cpp
 void payments(const std::string& workload);  // payments.cpp
-void remote_tell();                      // remote.cpp
-void remote_ask();                       // remote.cpp
+void remote_tell(const std::string& workload);  // remote.cpp: remote_tell, remote_tell_tls
+void remote_ask(const std::string& workload);   // remote.cpp: remote_ask, remote_ask_tls
 int remote_server(const std::string& workload, const char* fd_arg);  // remote.cpp: the second process
 bool worker_placement(const std::string& workload);  // workers.cpp: workers_sync, _failover, _rebalance
 // workers_node.cpp: a node process of the workers_* rows
@@ -409,10 +409,10 @@ int main(int argc, char** argv) {
     troupe_bench::rebalance();
   } else if (w == "payments" || w == "payments_1node" || w == "payments_1node_pg" || w == "payments_3node") {
     troupe_bench::payments(w);  // payments: payments_1node then payments_3node
-  } else if (w == "remote_tell") {
-    troupe_bench::remote_tell();
-  } else if (w == "remote_ask") {
-    troupe_bench::remote_ask();
+  } else if (w == "remote_tell" || w == "remote_tell_tls") {
+    troupe_bench::remote_tell(w);
+  } else if (w == "remote_ask" || w == "remote_ask_tls") {
+    troupe_bench::remote_ask(w);
   } else if (w.rfind("jobs_cluster_", 0) == 0) {
     troupe_bench::jobs_cluster(w);
   } else if (w.rfind("jobs_", 0) == 0) {

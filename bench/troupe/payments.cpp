@@ -267,7 +267,7 @@ void three_nodes() {
     std::string config = node_config(dir, id, gateway_port) +
                          "\n[journal]\nbackend = \"postgres\"\npostgres = \"" + servers.conninfo() +
                          "\"\n\n[cluster]\nredis = \"127.0.0.1:" + std::to_string(servers.redis_port()) +
-                         "\"\nlisten_port = 0\n\n[entities]\nshard_count = " + std::to_string(kShards) + "\n";
+                         "\"\nlisten_port = 0\ninsecure = true\n\n[entities]\nshard_count = " + std::to_string(kShards) + "\n";
     nodes.push_back(start_service(dir, id, config));
   }
   await_cluster(nodes, "3 members",

@@ -1,14 +1,19 @@
 // troupe side of remote_tell and remote_ask (protocol: bench/common/remote.hpp):
 // two processes, each an actor system with Remoting; the server publishes a
 // sink and an echo actor, the client reaches them through RemoteRefs, as a
-// troupe user would.
+// troupe user would. remote_tell_tls and remote_ask_tls are the same over
+// mutual TLS: the client makes a CA and both nodes' certificates (openssl
+// command line) in a temporary directory, which the server finds in the
+// environment (kTlsDirEnv).
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -34,6 +39,7 @@ using troupe::cluster::Remoting;
 
 constexpr const char* kClient = "bench-client";  // the smaller id dials
 constexpr const char* kServer = "bench-server";
+constexpr const char* kTlsDirEnv = "TROUPE_BENCH_TLS_DIR";
 
 // --- messages ----------------------------------------------------------------------
 
@@ -107,8 +113,55 @@ troupe::SystemConfig config() {
   return cfg;
 }
 
-std::unique_ptr<Remoting> start_remoting(ActorSystem& sys, const char* id) {
+// For the *_tls workloads: a CA and the two nodes' certificates in a
+// temporary directory named in kTlsDirEnv (so the server process finds it),
+// removed when the client ends.
+class BenchCertificates {
+ public:
+  BenchCertificates() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "troupe-bench-tls-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) fail("mkdtemp");
+    dir_ = tmpl;
+    run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=bench-ca "
+        "-keyout " + dir_ + "/ca.key -out " + dir_ + "/ca.crt");
+    for (const char* id : {kClient, kServer}) {
+      const std::string base = dir_ + "/" + id;
+      run("printf 'subjectAltName=DNS:" + std::string(id) + "\\n' > " + base + ".ext");
+      run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=" + std::string(id) +
+          " -keyout " + base + ".key -out " + base + ".csr");
+      run("openssl x509 -req -in " + base + ".csr -CA " + dir_ + "/ca.crt -CAkey " + dir_ +
+          "/ca.key -CAcreateserial -days 1 -extfile " + base + ".ext -out " + base + ".crt");
+    }
+    ::setenv(kTlsDirEnv, dir_.c_str(), 1);
+  }
+  ~BenchCertificates() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& what) {
+    std::fprintf(stderr, "bench_troupe: certificates: %s failed\n", what.c_str());
+    std::exit(1);
+  }
+  static void run(const std::string& command) {
+    if (std::system((command + " >/dev/null 2>&1").c_str()) != 0) fail(command);
+  }
+  std::string dir_;
+};
+
+bool is_tls(const std::string& workload) {
+  return workload.size() > 4 && workload.compare(workload.size() - 4, 4, "_tls") == 0;
+}
+
+std::unique_ptr<Remoting> start_remoting(ActorSystem& sys, const char* id, bool tls) {
   Remoting::Settings rs;
+  if (const char* dir = std::getenv(kTlsDirEnv); tls && dir) {
+    const std::string base = std::string(dir) + "/" + id;
+    rs.security.tls = {.cert_file = base + ".crt", .key_file = base + ".key", .ca_file = std::string(dir) + "/ca.crt"};
+  } else {
+    rs.security.insecure = true;
+  }
   rs.node_id = id;
   auto r = Remoting::start(sys, rs);
   if (!r.ok()) {
@@ -186,13 +239,13 @@ struct Acker : Actor<Ack> {
 
 int remote_server(const std::string& workload, const char* fd_arg) {
   ActorSystem sys(config());
-  auto remoting = start_remoting(sys, kServer);
+  auto remoting = start_remoting(sys, kServer, is_tls(workload));
   Done done;
-  if (workload == "remote_tell") {
+  if (workload == "remote_tell" || workload == "remote_tell_tls") {
     auto acker = remoting->remote<Ack>(kClient, "acker", std::make_shared<const MessageCodecs<Ack>>(ack_codecs()));
     auto sink = sys.spawn<Sink>(acker, &done);
     (void)remoting->publish<SinkMsg>("sink", sink, sink_codecs());
-  } else if (workload == "remote_ask") {
+  } else if (workload == "remote_ask" || workload == "remote_ask_tls") {
     auto echo = sys.spawn<Echo>(&done);
     (void)remoting->publish<EchoMsg>("echo", echo, echo_codecs());
   } else {
@@ -206,10 +259,13 @@ int remote_server(const std::string& workload, const char* fd_arg) {
   return 0;
 }
 
-void remote_tell() {
-  bench::remote::ServerProcess server("remote_tell");
+void remote_tell(const std::string& workload) {
+  const bool tls = is_tls(workload);
+  std::optional<BenchCertificates> certificates;
+  if (tls) certificates.emplace();
+  bench::remote::ServerProcess server(workload.c_str());
   ActorSystem sys(config());
-  auto remoting = start_remoting(sys, kClient);
+  auto remoting = start_remoting(sys, kClient, tls);
   remoting->set_peer(kServer, "127.0.0.1", server.port());
   AckState acks;
   auto acker = sys.spawn<Acker>(&acks);
@@ -243,17 +299,20 @@ void remote_tell() {
   auto t0 = std::chrono::steady_clock::now();
   run(bench::remote::tell_messages());
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  bench::remote::report_tell(s, bench::remote::tell_messages());
+  bench::remote::report_tell(s, bench::remote::tell_messages(), workload);
   (void)sink.tell(Stop{});
   if (!server.wait_exit()) std::fprintf(stderr, "bench_troupe: remote server did not exit cleanly\n");
   remoting->stop();
   sys.shutdown();
 }
 
-void remote_ask() {
-  bench::remote::ServerProcess server("remote_ask");
+void remote_ask(const std::string& workload) {
+  const bool tls = is_tls(workload);
+  std::optional<BenchCertificates> certificates;
+  if (tls) certificates.emplace();
+  bench::remote::ServerProcess server(workload.c_str());
   ActorSystem sys(config());
-  auto remoting = start_remoting(sys, kClient);
+  auto remoting = start_remoting(sys, kClient, tls);
   remoting->set_peer(kServer, "127.0.0.1", server.port());
   auto echo = remoting->remote<EchoMsg>(kServer, "echo", std::make_shared<const MessageCodecs<EchoMsg>>(echo_codecs()));
   auto one = [&](std::uint64_t seq) {
@@ -275,7 +334,7 @@ void remote_ask() {
     lat.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - a).count());
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  bench::remote::report_ask(s, lat);
+  bench::remote::report_ask(s, lat, workload);
   (void)echo.tell(Stop{});
   if (!server.wait_exit()) std::fprintf(stderr, "bench_troupe: remote server did not exit cleanly\n");
   remoting->stop();

@@ -58,6 +58,7 @@ backend = "memory"
 redis = "127.0.0.1:{redis.port}"
 key_prefix = "devices-demo"
 listen_port = {self.peer}
+insecure = true
 heartbeat_ms = 500
 liveness_threshold_ms = 3000
 takeover_margin_ms = 500

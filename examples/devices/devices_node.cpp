@@ -11,6 +11,7 @@
 //   roles = ["manager", "devices"]
 //   [cluster]
 //   redis = "127.0.0.1:6379"
+//   insecure = true               # or [cluster.tls] (doc/node.md)
 //   [[workers]]
 //   group = "devices"
 //   type = "device"

@@ -162,10 +162,32 @@ def payment_node(bin_dir, work, name, config, timeout=60):
     return n, int(m.group(1)), int(m.group(2))
 
 
+def make_certs(directory, *node_ids):
+    """A CA and a certificate per node id in `directory` (scripts/make-certs);
+    returns `directory` for cluster_tls()."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "make-certs")
+    subprocess.run([script, directory, *node_ids], check=True, stdout=subprocess.DEVNULL)
+    return directory
+
+
+def cluster_tls(name, tls_dir):
+    """The [cluster] lines choosing how node `name` talks to the others:
+    mutual TLS with the files make_certs() wrote into `tls_dir`, or plain
+    TCP (insecure = true) when `tls_dir` is None."""
+    if tls_dir is None:
+        return "insecure = true\n"
+    return f"""[cluster.tls]
+cert = "{tls_dir}/{name}.crt"
+key = "{tls_dir}/{name}.key"
+ca = "{tls_dir}/ca.crt"
+"""
+
+
 def fixed_port_node_config(work, name, *, api, admin, peer, gw_port, pg, schema, redis, prefix,
-                           drain_grace_ms, entity_shards, jobs_shards=6):
+                           drain_grace_ms, entity_shards, jobs_shards=6, tls_dir=None):
     """The TOML of a clustered payment node on fixed ports (so it comes back
-    where a balancer or troupectl looks for it after a restart)."""
+    where a balancer or troupectl looks for it after a restart); TLS between
+    the nodes with the certificates in `tls_dir` (make_certs), else plain TCP."""
     return f"""[node]
 id = "{name}"
 data_dir = "{work}/{name}-data"
@@ -183,7 +205,7 @@ listen_port = {peer}
 heartbeat_ms = 500
 liveness_threshold_ms = 3000
 takeover_margin_ms = 500
-[jobs]
+{cluster_tls(name, tls_dir)}[jobs]
 shard_count = {jobs_shards}
 [entities]
 shard_count = {entity_shards}

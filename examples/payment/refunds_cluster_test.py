@@ -58,6 +58,7 @@ listen_port = 0
 heartbeat_ms = 500
 liveness_threshold_ms = {LIVENESS_MS}
 takeover_margin_ms = {MARGIN_MS}
+insecure = true
 """ if redis else ""
     return f"""[node]
 id = "{name}"

@@ -4,6 +4,7 @@ clustered payment_service nodes on a shared PostgreSQL journal and Redis
 placement, the payment_gateway, all on free ports of 127.0.0.1, every node
 logging JSON lines at debug to a file of its own.
 
+The nodes talk over mutual TLS (certificates made by scripts/make-certs).
 A payment is sent with a known W3C traceparent to node 1's API, with an id
 whose shard node 2 owns, so the settlement crosses nodes: node 1 takes the
 request and routes the command, node 2's entity stores the events and asks
@@ -38,7 +39,7 @@ import urllib.request
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e_support import (Postgres, Redis, call, check, clean_up, finish, fixed_port_node_config,  # noqa: E402
-                         free_port, gateway, payment_node, postgres_bin_dir, wait_until)
+                         free_port, gateway, make_certs, payment_node, postgres_bin_dir, wait_until)
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/debug"
 SHARDS = 4
@@ -47,11 +48,12 @@ TRACEPARENT = f"00-{TRACE}-00f067aa0ba902b7-01"
 FAST_GATEWAY = ("--latency-ms", "1", "--decline-rate", "0", "--error-rate", "0", "--hang-rate", "0")
 
 
-def node_config(work, name, gw_port, pg, redis):
-    """A clustered payment node's TOML, logging JSON lines at debug to its own file."""
+def node_config(work, name, gw_port, pg, redis, tls_dir):
+    """A clustered payment node's TOML, mutual TLS between the nodes, logging
+    JSON lines at debug to its own file."""
     return fixed_port_node_config(work, name, api=free_port(), admin=free_port(), peer=free_port(), gw_port=gw_port,
                                   pg=pg, schema="trace", redis=redis, prefix="trace", drain_grace_ms=0,
-                                  entity_shards=SHARDS) + f"""[log]
+                                  entity_shards=SHARDS, tls_dir=tls_dir) + f"""[log]
 level = "debug"
 format = "json"
 file = "{work}/{name}.jsonl"
@@ -119,8 +121,10 @@ def test_trace_across_two_nodes(work, procs, pg, redis):
     gw, gw_port = gateway(BIN, work, "gateway", *FAST_GATEWAY)
     procs.append(gw)
     nodes = []
+    # The commands cross nodes over mutual TLS, as a real cluster's do.
+    tls_dir = make_certs(f"{work}/tls", "pay-1", "pay-2")
     for name in ("pay-1", "pay-2"):
-        n = payment_node(BIN, work, name, node_config(work, name, gw_port, pg, redis))
+        n = payment_node(BIN, work, name, node_config(work, name, gw_port, pg, redis, tls_dir))
         procs.append(n[0])
         nodes.append((name, *n))
     (n1, _, api1, admin1), (n2, _, _, _) = nodes

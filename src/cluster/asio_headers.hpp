@@ -1,6 +1,7 @@
 #pragma once
 // Standalone Asio for the cluster layer's sources (transport, Redis
-// coordinator), included before anything else in each of them. GCC's sanitizer builds warn inside Asio's headers:
+// coordinator), included before anything else in each of them; with
+// TROUPE_ASIO_SSL defined, Asio's TLS stream too (the transport only). GCC's sanitizer builds warn inside Asio's headers:
 // -Wtsan on the fences its handlers use (ThreadSanitizer does not model
 // fences; the io_context's own mutex is what orders work handed between
 // threads here) and -Wnull-dereference through inlining. The exemption
@@ -15,6 +16,9 @@
 #include <atomic>
 #include <memory>
 #include <asio.hpp>
+#ifdef TROUPE_ASIO_SSL
+#include <asio/ssl.hpp>  // the transport's TLS (OpenSSL); its files define TROUPE_ASIO_SSL first
+#endif
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif

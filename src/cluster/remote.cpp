@@ -375,6 +375,7 @@ Result<std::unique_ptr<Remoting>> Remoting::start(ActorSystem& system, Settings 
   ts.listen_port = settings.listen_port;
   ts.max_frame_bytes = settings.max_frame_bytes;
   ts.max_outbound_bytes = settings.max_outbound_bytes;
+  settings.security.apply(ts);
   std::weak_ptr<detail::RemotingCore> weak = core;
   auto t = Transport::start(
       std::move(ts),

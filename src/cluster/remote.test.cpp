@@ -100,6 +100,7 @@ class Remote : public ::testing::Test {
       cfg.log_dead_letters = false;
       n->system = std::make_unique<ActorSystem>(std::move(cfg));
       Remoting::Settings rs;
+      rs.security.insecure = true;
       rs.node_id = n == &a_ ? "a" : "b";
       auto r = Remoting::start(*n->system, rs);
       ASSERT_TRUE(r.ok()) << r.error().to_string();
@@ -261,6 +262,7 @@ TEST_F(Remote, MalformedAsksAreAnsweredWithTheReasonAndTheNodeGoesOnServing) {
   std::vector<std::string> replies;
   TransportSettings ts;
   ts.node_id = "c";
+  ts.insecure = true;
   auto c = Transport::start(std::move(ts), [&](std::string_view, std::uint32_t type, std::string_view payload) {
     if (type != static_cast<std::uint32_t>(detail::RemoteKind::reply)) return;
     std::lock_guard lk(mu);

@@ -257,8 +257,20 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
   }
   {
-    TROUPE_TRY(t, table_of("cluster"));
-    c.cluster.enabled = t != nullptr;
+    TROUPE_TRY(whole, table_of("cluster"));
+    c.cluster.enabled = whole != nullptr;
+    // [cluster.tls] is read on its own; the rest of [cluster] without it.
+    const toml::table* tls = nullptr;
+    toml::table rest;
+    if (whole) {
+      rest = *whole;
+      if (const toml::node* n = whole->get("tls")) {
+        if (!n->is_table()) return fail(bad("cluster.tls: expected a table ([cluster.tls]), got " + std::string(type_name(*n))));
+        tls = n->as_table();
+        rest.erase("tls");
+      }
+    }
+    const toml::table* t = whole ? &rest : nullptr;
     ConfigReader r(t, "cluster");
     TROUPE_TRY(redis, r.string("redis", "127.0.0.1:6379"));
     TROUPE_TRY(hp, host_port(redis, "cluster.redis"));
@@ -297,10 +309,39 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
     c.cluster.hand_off_batch = static_cast<std::size_t>(batch);
     TROUPE_TRY(traces, r.boolean("send_traces", c.cluster.send_traces));
     c.cluster.send_traces = traces;
+    TROUPE_TRY(insecure, r.boolean("insecure", c.cluster.insecure));
+    c.cluster.insecure = insecure;
+    TROUPE_TRY(mh, r.integer("max_handshakes", static_cast<std::int64_t>(c.cluster.max_handshakes), 1, 1'000'000));
+    c.cluster.max_handshakes = static_cast<std::size_t>(mh);
+    TROUPE_TRY(mha, r.integer("max_handshakes_per_address", static_cast<std::int64_t>(c.cluster.max_handshakes_per_address),
+                              1, 1'000'000));
+    c.cluster.max_handshakes_per_address = static_cast<std::size_t>(mha);
+    TROUPE_TRY(hto, r.millis("handshake_timeout_ms", c.cluster.handshake_timeout, milliseconds(10), milliseconds(600'000)));
+    c.cluster.handshake_timeout = hto;
+    TROUPE_TRY(idle, r.millis("idle_timeout_ms", c.cluster.idle_timeout, milliseconds(1000), milliseconds(3'600'000)));
+    c.cluster.idle_timeout = idle;
+    if (tls) {
+      ConfigReader tr(tls, "cluster.tls");
+      TROUPE_TRY(cert, tr.string("cert", ""));
+      TROUPE_TRY(key, tr.string("key", ""));
+      TROUPE_TRY(ca, tr.string("ca", ""));
+      if (cert.empty() || key.empty() || ca.empty())
+        return fail(bad("cluster.tls: cert, key and ca are all needed (PEM files)"));
+      if (auto f = tr.finish(); !f.ok()) return fail(std::move(f).error());
+      c.cluster.tls_cert = cert;
+      c.cluster.tls_key = key;
+      c.cluster.tls_ca = ca;
+    }
     if (lt <= hb)
       return fail(bad("cluster.liveness_threshold_ms: must be longer than cluster.heartbeat_ms (" +
                       std::to_string(lt.count()) + " <= " + std::to_string(hb.count()) + ")"));
     if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+    if (whole && tls && insecure)
+      return fail(bad("cluster.insecure: true together with [cluster.tls]; choose one"));
+    if (whole && !tls && !insecure)
+      return fail(bad("cluster: the cluster port needs [cluster.tls] (cert, key, ca: mutual TLS, doc/node.md) or, "
+                      "for one machine or a private network, insecure = true (plain TCP: anyone who reaches the "
+                      "port is a member)"));
   }
   {
     TROUPE_TRY(t, table_of("entities"));

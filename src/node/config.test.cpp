@@ -62,6 +62,14 @@ liveness_threshold_ms = 2000
 takeover_margin_ms = 250
 hand_off_batch = 3
 send_traces = false
+max_handshakes = 100
+max_handshakes_per_address = 4
+handshake_timeout_ms = 1500
+idle_timeout_ms = 8000
+[cluster.tls]
+cert = "/etc/troupe/n2.crt"
+key = "/etc/troupe/n2.key"
+ca = "/etc/troupe/ca.crt"
 [entities]
 shard_count = 128
 passivate_after_ms = 5000
@@ -85,6 +93,14 @@ shard_count = 32
   EXPECT_EQ(c->cluster.listen_port, 7200);
   EXPECT_EQ(c->cluster.heartbeat, std::chrono::milliseconds(500));
   EXPECT_EQ(c->cluster.hand_off_batch, 3u);
+  EXPECT_FALSE(c->cluster.insecure);
+  EXPECT_EQ(c->cluster.tls_cert, "/etc/troupe/n2.crt");
+  EXPECT_EQ(c->cluster.tls_key, "/etc/troupe/n2.key");
+  EXPECT_EQ(c->cluster.tls_ca, "/etc/troupe/ca.crt");
+  EXPECT_EQ(c->cluster.max_handshakes, 100u);
+  EXPECT_EQ(c->cluster.max_handshakes_per_address, 4u);
+  EXPECT_EQ(c->cluster.handshake_timeout, std::chrono::milliseconds(1500));
+  EXPECT_EQ(c->cluster.idle_timeout, std::chrono::milliseconds(8000));
   EXPECT_FALSE(c->cluster.send_traces);
   EXPECT_EQ(c->entities.shard_count, 128u);
   EXPECT_EQ(c->entities.stash_capacity, 50u);
@@ -276,6 +292,30 @@ TEST(NodeConfig, AFileThatCannotBeReadIsNamed) {
   auto c = NodeConfig::load("/nonexistent/dir/node.toml");
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().message(), "config file '/nonexistent/dir/node.toml' cannot be read");
+}
+
+// The cluster port is TLS or, said explicitly, plain TCP: never plain by default.
+TEST(NodeConfig, AClusterNeedsTlsOrAnExplicitInsecure) {
+  const std::string need =
+      "node.toml: cluster: the cluster port needs [cluster.tls] (cert, key, ca: mutual TLS, doc/node.md) or, for one "
+      "machine or a private network, insecure = true (plain TCP: anyone who reaches the port is a member)";
+  EXPECT_EQ(error_of("[cluster]\n"), need);
+  EXPECT_EQ(error_of("[cluster]\ninsecure = false\n"), need);
+  EXPECT_EQ(error_of("[cluster]\ninsecure = true\n[cluster.tls]\ncert = \"c\"\nkey = \"k\"\nca = \"a\"\n"),
+            "node.toml: cluster.insecure: true together with [cluster.tls]; choose one");
+  EXPECT_EQ(error_of("[cluster]\n[cluster.tls]\ncert = \"c\"\nkey = \"k\"\n"),
+            "node.toml: cluster.tls: cert, key and ca are all needed (PEM files)");
+  EXPECT_EQ(error_of("[cluster]\n[cluster.tls]\ncert = \"c\"\nkey = \"k\"\nca = \"a\"\ncrl = \"x\"\n"),
+            "node.toml: cluster.tls.crl: unknown setting");
+  EXPECT_EQ(error_of("[cluster]\ntls = 1\n"), "node.toml: cluster.tls: expected a table ([cluster.tls]), got an integer");
+  EXPECT_EQ(error_of("[cluster]\ninsecure = true\nmax_handshakes = 0\n"),
+            "node.toml: cluster.max_handshakes: 0 is out of range (1 to 1000000)");
+  auto plain = NodeConfig::parse("[cluster]\ninsecure = true\n", "node.toml");
+  ASSERT_TRUE(plain.ok()) << plain.error().to_string();
+  EXPECT_TRUE(plain->cluster.insecure);
+  EXPECT_TRUE(plain->cluster.tls_cert.empty());
+  // Without [cluster], nothing is asked.
+  EXPECT_TRUE(NodeConfig::parse("[node]\nid = \"x\"\n", "node.toml").ok());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // the threads are described in node_impl.hpp.
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,16 @@
 namespace troupe::node {
 
 namespace {
+
+// A cluster port may hold many connections at once (members, and strangers
+// up to the handshake limits): the soft limit on descriptors goes up to the
+// hard one.
+void raise_open_files_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
+  lim.rlim_cur = lim.rlim_max;
+  (void)setrlimit(RLIMIT_NOFILE, &lim);
+}
 
 // Receives the members' load reports into the board.
 class LoadReceiver final : public Actor<NodeLoad> {
@@ -98,6 +109,18 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config, WorkerTypes workers
     cs.coordination.liveness_threshold = c.cluster.liveness_threshold;
     cs.coordination.takeover_margin = c.cluster.takeover_margin;
     cs.hand_off_batch = c.cluster.hand_off_batch;
+    cs.security.insecure = c.cluster.insecure;
+    if (!c.cluster.insecure) cs.security.tls = {c.cluster.tls_cert, c.cluster.tls_key, c.cluster.tls_ca};
+    cs.security.max_handshakes = c.cluster.max_handshakes;
+    cs.security.max_handshakes_per_address = c.cluster.max_handshakes_per_address;
+    cs.security.handshake_timeout = c.cluster.handshake_timeout;
+    cs.security.idle_timeout = c.cluster.idle_timeout;
+    if (c.cluster.insecure)
+      log::warn(log::Component::cluster,
+                "cluster.insecure = true: the cluster port speaks plain TCP and any process that reaches it is a "
+                "member; use [cluster.tls] beyond one machine or a private network",
+                {{"listen", c.cluster.listen_host + ":" + std::to_string(c.cluster.listen_port)}});
+    raise_open_files_limit();
     cs.coordination.epoch_floor = [journal = node->journal_] {
       auto h = journal_sync::highest_fence(*journal);
       return h.ok() ? *h : 0;
@@ -232,7 +255,19 @@ void Node::block_stop_signals() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+Result<void> Node::reload_tls() {
+  if (!cluster_) return Error(ErrorCode::invalid_argument, "reload_tls: this node has no [cluster]");
+  auto r = cluster_->remoting().transport().reload_tls();
+  if (r.ok())
+    log::info(log::Component::cluster, "TLS files reloaded: new connections use them, established ones stay");
+  else
+    log::error(log::Component::cluster, "TLS reload failed; the old files stay in use",
+               {{"error", r.error().to_string()}});
+  return r;
 }
 
 void Node::wait_for_stop_signal() {
@@ -244,10 +279,14 @@ void Node::wait_for_stop_signal() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   g_signalled_node.store(this);
   std::thread waiter([set] {
     int sig = 0;
-    sigwait(&set, &sig);
+    // SIGHUP reloads the cluster's TLS files; the others stop the node.
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+      if (Node* n = g_signalled_node.load(); n && n->cluster_) (void)n->reload_tls();
+    }
     if (Node* n = g_signalled_node.load()) n->request_stop();
   });
   {

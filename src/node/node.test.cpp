@@ -21,7 +21,12 @@
 #include <thread>
 #include <variant>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include "../cluster/redis/redis_test_server.hpp"
+#include "../cluster/tcp/tls_test_support.hpp"
 #include "../persist/postgres/postgres_test_server.hpp"
 #include "tally_test_entity.hpp"
 #include "troupe/node/node.hpp"
@@ -533,7 +538,7 @@ TEST(NodeStart, AnUnreachableRedisIsNamedBySetting) {
   auto dir = std::filesystem::temp_directory_path() / ("troupe-node-redis-" + std::to_string(::getpid()));
   auto cfg = NodeConfig::parse("[node]\ndata_dir = \"" + dir.string() +
                                    "\"\n[admin]\nport = 0\n[journal]\nbackend = \"memory\"\n[cluster]\nredis = "
-                                   "\"127.0.0.1:1\"\nlisten_port = 0\nheartbeat_ms = 100\nliveness_threshold_ms = 300\n"
+                                   "\"127.0.0.1:1\"\nlisten_port = 0\ninsecure = true\nheartbeat_ms = 100\nliveness_threshold_ms = 300\n"
                                    "takeover_margin_ms = 100\n",
                                "bad.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
@@ -555,8 +560,10 @@ TEST(NodeStart, AnAdminPortInUseIsNamedBySetting) {
 
 // The config of cluster node `id` under `dir`: Redis at `redis_port`, one
 // PostgreSQL schema as the journal every node shares, fast liveness.
+// `security`: the cluster port's TLS lines, or plain TCP.
 NodeConfig cluster_node_config(const std::string& id, const std::filesystem::path& dir, std::uint16_t redis_port,
-                               const std::string& schema, const std::string& extra = "") {
+                               const std::string& schema, const std::string& extra = "",
+                               const std::string& security = "insecure = true\n") {
   auto c = NodeConfig::parse("[node]\nid = \"" + id + "\"\ndata_dir = \"" + (dir / id).string() +
                                  "\"\nthreads = 2\n[admin]\nport = 0\n"
                                  // One journal for all: the cluster shares PostgreSQL.
@@ -564,8 +571,8 @@ NodeConfig cluster_node_config(const std::string& id, const std::filesystem::pat
                                  troupe::test::shared_postgres_conninfo() + "\"\nschema = \"" + schema + "\"\n"
                                  "[cluster]\nredis = \"127.0.0.1:" + std::to_string(redis_port) +
                                  "\"\nlisten_port = 0\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
-                                 "takeover_margin_ms = 200\n[entities]\nshard_count = 16\nstop_timeout_ms = 500\n" +
-                                 extra,
+                                 "takeover_margin_ms = 200\n" + security +
+                                 "[entities]\nshard_count = 16\nstop_timeout_ms = 500\n" + extra,
                              id + ".toml");
   EXPECT_TRUE(c.ok()) << c.error().to_string();
   return *c;
@@ -581,8 +588,8 @@ struct ClusterScratch {
     std::filesystem::create_directories(dir);
   }
   ~ClusterScratch() { std::filesystem::remove_all(dir); }
-  NodeConfig config(const std::string& id, const std::string& extra = "") {
-    return cluster_node_config(id, dir, redis.port(), schema, extra);
+  NodeConfig config(const std::string& id, const std::string& extra = "", const std::string& security = "insecure = true\n") {
+    return cluster_node_config(id, dir, redis.port(), schema, extra, security);
   }
 
   troupe::test::RedisTestServer redis;
@@ -623,6 +630,58 @@ auto start_tally_node(NodeConfig config) {
 // Two nodes over a real redis-server: the admin API of either shows the
 // cluster, the other member's load, a rebalance that moves shards, and a
 // drain that hands its shards over.
+// Two nodes over mutual TLS ([cluster.tls]): commands cross from one to
+// the other; a stranger speaking plain TCP to the cluster port is refused
+// and counted in /metrics; a reload keeps the connection up.
+TEST(NodeCluster, TwoNodesOverMutualTlsServeEachOtherAndCountRefusedPeersInMetrics) {
+  ClusterScratch scratch("troupe-node-tls");
+  troupe::cluster::testing::TestPki pki;
+  pki.ca("ca");
+  auto tls = [&](const std::string& id) {
+    const auto f = pki.node("ca", id);
+    return "[cluster.tls]\ncert = \"" + f.cert_file + "\"\nkey = \"" + f.key_file + "\"\nca = \"" + f.ca_file + "\"\n";
+  };
+  auto [n1, t1] = start_tally_node(scratch.config("t1", "", tls("t1")));
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(t1.ask<std::int64_t>("k" + std::to_string(i), [](troupe::ReplyTo<std::int64_t> r) { return Add{1, std::move(r)}; }, 10s)
+                    .get()
+                    .ok());
+  auto [n2, t2] = start_tally_node(scratch.config("t2", "", tls("t2")));
+  // t1 owns every shard: t2's asks cross to it over TLS.
+  for (int i = 0; i < 20; ++i) {
+    auto v = t2.ask<std::int64_t>("k" + std::to_string(i), [](troupe::ReplyTo<std::int64_t> r) { return Get{std::move(r)}; }, 20s).get();
+    ASSERT_TRUE(v.ok()) << v.error().to_string();
+    EXPECT_EQ(*v, 1);
+  }
+  auto& transport = n1->cluster()->remoting().transport();
+  EXPECT_TRUE(transport.connected("t2"));
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(transport.port());
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to), 0);
+  std::string hello;
+  troupe::cluster::append_data_frame(hello, 1, "plain bytes");
+  ASSERT_GT(::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL), 0);
+  for (int i = 0; i < 200 && transport.stats().refused_peers.tls_handshake == 0; ++i) std::this_thread::sleep_for(50ms);
+  ::close(fd);
+  troupe::http::ClientSettings cs;
+  cs.port = n1->admin_port();
+  auto c = troupe::http::Client::create(cs);
+  troupe::http::ClientRequest r;
+  r.target = "/metrics";
+  auto m = (*c)->request_sync(std::move(r));
+  ASSERT_TRUE(m.ok());
+  EXPECT_NE(m->body.find("troupe_cluster_peers_refused_total{node=\"t1\",reason=\"tls_handshake\"} 1\n"), std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("troupe_cluster_peers_refused_total{node=\"t1\",reason=\"name_mismatch\"} 0\n"), std::string::npos);
+  ASSERT_TRUE(n1->reload_tls().ok());
+  EXPECT_EQ(transport.stats().tls_reloads, 1u);
+  EXPECT_TRUE(transport.connected("t2"));
+  EXPECT_EQ(transport.stats().handshakes, 1u);
+}
+
 TEST(NodeCluster, TwoNodesShowEachOtherRebalanceAndDrainOverTheAdminApi) {
   ClusterScratch scratch("troupe-node-cluster");
   auto start = [&](const std::string& id) { return start_tally_node(scratch.config(id)); };

@@ -24,6 +24,32 @@ void collect_outbox(MetricsWriter& w, const OutboxStats& st, const Labels& l) {
   w.counter("troupe_outbox_journal_errors_total", "Outbox claims, settlements and counts the journal refused.").set(l, d(st.journal_errors));
 }
 
+// The cluster port's defences: peers refused, by reason, and TLS reloads.
+void collect_transport(MetricsWriter& w, const cluster::TransportStats& st, const Labels& node_label) {
+  auto d = [](std::uint64_t v) { return static_cast<double>(v); };
+  auto with = [&](const char* reason) {
+    Labels l = node_label;
+    l.emplace_back("reason", reason);
+    return l;
+  };
+  const cluster::RefusedPeerCounts& r = st.refused_peers;
+  auto& refused = w.counter("troupe_cluster_peers_refused_total",
+                            "Connections to the cluster port refused before their HELLO was accepted, by reason.");
+  refused.set(with("tls_handshake"), d(r.tls_handshake));
+  refused.set(with("no_certificate"), d(r.no_certificate));
+  refused.set(with("untrusted_certificate"), d(r.untrusted_certificate));
+  refused.set(with("name_mismatch"), d(r.name_mismatch));
+  refused.set(with("over_address_limit"), d(r.over_address_limit));
+  refused.set(with("over_total_limit"), d(r.over_total_limit));
+  refused.set(with("handshake_timeout"), d(st.closed_for_bad_input.handshake_timeout));
+  w.counter("troupe_cluster_bad_input_total", "Cluster connections closed for what the peer sent (doc/wire.md).")
+      .set(node_label, d(st.closed_for_bad_input.total() - st.closed_for_bad_input.handshake_timeout));
+  w.counter("troupe_cluster_tls_reloads_total", "Reloads of the cluster's TLS files that took effect.")
+      .set(node_label, d(st.tls_reloads));
+  w.counter("troupe_cluster_tls_reload_failures_total", "Reloads of the cluster's TLS files refused (the old stay).")
+      .set(node_label, d(st.tls_reload_failures));
+}
+
 }  // namespace
 
 void Node::Impl::collect(MetricsWriter& w) const {
@@ -150,6 +176,7 @@ void Node::Impl::collect(MetricsWriter& w) const {
     for (const auto& e : map) per_owner[e["owner"].get<std::string>()] += 1;
     auto& f = w.gauge("troupe_cluster_shards", "Shards per owner node, as last read from the placement store.");
     for (const auto& [owner, n] : per_owner) f.set(with({{"owner", owner}}), d(n));
+    collect_transport(w, c->remoting().transport().stats(), node_label);
   } else {
     w.gauge("troupe_cluster_members", "Live members of the cluster, as this node sees them.").set(node_label, 1);
   }

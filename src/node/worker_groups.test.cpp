@@ -35,7 +35,7 @@ using troupe::node::WorkerStop;
 
 // --- config ---------------------------------------------------------------------
 
-const char* kCluster = "[cluster]\nredis = \"127.0.0.1:6379\"\n";
+const char* kCluster = "[cluster]\nredis = \"127.0.0.1:6379\"\ninsecure = true\n";
 
 TEST(WorkerGroupConfig, RolesAndGroupsAreRead) {
   auto c = NodeConfig::parse(
@@ -312,7 +312,7 @@ struct Fleet {
                                    "\n[admin]\nport = 0\n[journal]\nbackend = \"memory\"\n"
                                    "[cluster]\nredis = \"127.0.0.1:" +
                                    std::to_string(redis.port()) +
-                                   "\"\nlisten_port = 0\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
+                                   "\"\nlisten_port = 0\ninsecure = true\nheartbeat_ms = 200\nliveness_threshold_ms = 1000\n"
                                    "takeover_margin_ms = 200\n[entities]\nstop_timeout_ms = " +
                                    std::to_string(stop_timeout_ms) + "\n" + workers,
                                id + ".toml");

@@ -6,6 +6,7 @@
 //   cs.node_id = "node-a";
 //   cs.listen_port = 7101;
 //   cs.coordination.redis_port = 6380;
+//   cs.security.tls = {.cert_file = "node-a.crt", .key_file = "node-a.key", .ca_file = "ca.crt"};
 //   auto cluster = troupe::cluster::Cluster::start(system, cs);   // blocks until registered
 //   auto payments = troupe::cluster::ShardRegion<Payment>::start(system, journal, cluster.value()->remoting(),
 //                                                                cluster.value()->directory(), settings, events, commands);
@@ -62,6 +63,9 @@ struct ClusterSettings {
   // How many placement units (shards, job queues, workers) leave() moves at
   // once (at least 1).
   std::size_t hand_off_batch = 8;
+  // TLS (or insecure = true: plain TCP) and the limits of the cluster port
+  // (Remoting::Settings::security).
+  TransportSecurity security{};
 };
 
 class Cluster {

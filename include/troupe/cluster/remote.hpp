@@ -42,6 +42,7 @@
 
 #include "troupe/cluster/detail/remote_inbox.hpp"
 #include "troupe/cluster/messages.hpp"
+#include "troupe/cluster/transport.hpp"
 #include "troupe/core/actor.hpp"
 #include "troupe/core/actor_system.hpp"
 #include "troupe/core/result.hpp"
@@ -150,6 +151,9 @@ class Remoting {
     // X4; doc/wire.md). Nodes built before trace ids drop such frames: turn
     // this off while any of them is still a member (a rolling upgrade).
     bool send_traces = true;
+    // TLS (or insecure = true: plain TCP) and the limits of the transport's
+    // port. One of tls and insecure must be given (transport.hpp).
+    TransportSecurity security{};
   };
 
   // Errors: invalid_argument (node id), or what the transport reports

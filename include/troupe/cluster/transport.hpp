@@ -11,7 +11,8 @@
 // doc/wire.md gives the format byte by byte and every rule below.
 //
 //   auto t = troupe::cluster::Transport::start(
-//       {.node_id = "node-a", .listen_port = 7100},
+//       {.node_id = "node-a", .listen_port = 7100,
+//        .tls = {.cert_file = "node-a.crt", .key_file = "node-a.key", .ca_file = "ca.crt"}},
 //       [](std::string_view from, std::uint32_t type, std::string_view payload) { ... });
 //   (*t)->set_peer("node-b", "10.0.0.2", 7100);
 //   (*t)->send("node-b", kMyMessage, bytes);   // queued at once; written by the io thread
@@ -45,6 +46,21 @@
 //   - A connection on which nothing arrives for keepalive_timeout is closed
 //     (and redialled if this node dials), so a silently dead peer is noticed;
 //     PINGs keep an idle but healthy connection alive.
+//   - With TLS (settings.tls), every connection is TLS 1.3 with mutual
+//     authentication: a peer is accepted only if its certificate chains to
+//     settings.tls.ca_file and names (a DNS SAN, or the CN when it has no
+//     DNS SAN) the node id of its HELLO; the dialler also checks that the
+//     node it reached is the one it meant to dial. Nothing from a peer is
+//     delivered before both checks pass. A refused peer is counted
+//     (TransportStats::refused_peers) and logged at most once per remote
+//     address per minute. There is no default: start() refuses settings
+//     with neither TLS files nor `insecure = true` (plain TCP, for one
+//     machine or a network that is private by other means).
+//   - A stranger cannot hold the port: connections still in their
+//     handshake (TCP accepted, HELLO not yet accepted) are bounded per
+//     remote address and in total; past either bound a new connection is
+//     closed at once (counted); handshake_timeout covers the TLS handshake
+//     and the HELLO together.
 //
 // Ownership: start() returns the only owner. The Transport owns its sockets
 // and its one io thread, which runs every handler. Thread safety: every
@@ -91,6 +107,15 @@ void append_data_frame(std::string& out, std::uint32_t type, std::string_view pa
 // --- settings and counters -------------------------------------------------------
 // Plain values: copy them freely; no thread safety of their own.
 
+// TLS for every connection (doc/wire.md, "TLS"): paths of PEM files, read by
+// start() and again by Transport::reload_tls().
+struct TransportTls {
+  std::string cert_file;  // this node's certificate chain, its own first; names its node id
+  std::string key_file;   // the private key of that certificate
+  std::string ca_file;    // the CA certificate(s) a peer's certificate must chain to
+  bool configured() const noexcept { return !cert_file.empty() || !key_file.empty() || !ca_file.empty(); }
+};
+
 // How a Transport listens, dials and bounds its buffers; read once by start().
 struct TransportSettings {
   std::string node_id;                         // this node; checked by validate_node_id
@@ -118,6 +143,18 @@ struct TransportSettings {
   // driver, a command-line tool) need not be members; false refuses them
   // (unknown_node).
   bool accept_unknown_nodes = true;
+  // Exactly one of the two: TLS with these files, or plain TCP when
+  // insecure is true. Neither, or both: start() answers invalid_argument.
+  TransportTls tls;
+  bool insecure = false;
+  // With TLS: the files' modification times are checked this often, and a
+  // change reloads them as reload_tls() does. Zero: never.
+  Duration tls_poll_interval = std::chrono::seconds(5);
+  // Accepted connections still in their handshake: at most this many from
+  // one remote address, and this many in all. Past either, a new connection
+  // is closed at once (refused_peers.over_address_limit / over_total_limit).
+  std::size_t max_handshakes_per_address = 16;
+  std::size_t max_handshakes = 256;
   // Where the transport's log lines go (connections made and lost, bad
   // input, peer restarts), one line per call. Called on the io thread, and
   // on the calling thread by a set_peer() it refuses: must be thread-safe.
@@ -152,6 +189,43 @@ struct BadInputCounts {
   }
 };
 
+// The settings above that face strangers, as the layers that own a
+// Transport (Remoting, Cluster) take them from their users: TLS or plain
+// TCP, and the limits on what a connection may hold before and after its
+// handshake. apply() copies them into TransportSettings.
+struct TransportSecurity {
+  TransportTls tls;
+  bool insecure = false;
+  std::size_t max_handshakes_per_address = 16;
+  std::size_t max_handshakes = 256;
+  Duration handshake_timeout = std::chrono::seconds(2);
+  Duration idle_timeout = std::chrono::seconds(5);  // TransportSettings::keepalive_timeout
+
+  void apply(TransportSettings& s) const {
+    s.tls = tls;
+    s.insecure = insecure;
+    s.max_handshakes_per_address = max_handshakes_per_address;
+    s.max_handshakes = max_handshakes;
+    s.handshake_timeout = handshake_timeout;
+    s.keepalive_timeout = idle_timeout;
+  }
+};
+
+// Peers refused before their HELLO was accepted, by reason (doc/wire.md).
+struct RefusedPeerCounts {
+  std::uint64_t tls_handshake = 0;          // the TLS handshake failed (not TLS, no shared version or cipher...)
+  std::uint64_t no_certificate = 0;         // the peer sent no certificate
+  std::uint64_t untrusted_certificate = 0;  // its certificate does not chain to the CA (or has expired)
+  std::uint64_t name_mismatch = 0;          // its certificate does not name the node id it claims or was dialled as
+  std::uint64_t over_address_limit = 0;     // max_handshakes_per_address connections from its address in handshake
+  std::uint64_t over_total_limit = 0;       // max_handshakes connections in handshake
+
+  std::uint64_t total() const noexcept {
+    return tls_handshake + no_certificate + untrusted_certificate + name_mismatch + over_address_limit +
+           over_total_limit;
+  }
+};
+
 // A snapshot of the transport's counters, all since start().
 struct TransportStats {
   std::uint64_t frames_sent = 0;       // DATA frames written to a socket
@@ -176,6 +250,9 @@ struct TransportStats {
   // failed when its connection broke (they may or may not have arrived).
   std::uint64_t frames_dropped = 0;
   BadInputCounts closed_for_bad_input;
+  RefusedPeerCounts refused_peers;
+  std::uint64_t tls_reloads = 0;          // certificate reloads that took effect
+  std::uint64_t tls_reload_failures = 0;  // reloads refused (unreadable or inconsistent files)
 };
 
 // One entry of the address book, as peers() reports it.
@@ -241,6 +318,12 @@ class Transport {
   // unit: all of them or none. invalid_argument if `frames` is not a whole
   // number of DATA frames within max_frame_bytes; otherwise as send().
   Result<void> send_encoded(std::string_view to, std::string_view frames);
+
+  // Reads the TLS files again (the paths of settings.tls): connections made
+  // from now on use the new certificate, key and CA; established ones stay
+  // up. Errors: invalid_argument when the transport has no TLS, or when the
+  // files cannot be read or do not fit together (the old ones stay in use).
+  Result<void> reload_tls();
 
   // Whether a connection to `node` is up and past its handshake.
   bool connected(std::string_view node) const;

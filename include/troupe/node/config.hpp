@@ -29,6 +29,15 @@
 //   takeover_margin_ms = 500
 //   hand_off_batch = 8            # shards, job queues and workers a drain moves at once
 //   send_traces = true            # commands carry their trace id to other nodes (doc/wire.md)
+//   insecure = false              # true: plain TCP (one machine, a private network); else [cluster.tls] is needed
+//   max_handshakes = 256          # connections in handshake, in all; past it new ones are closed at once
+//   max_handshakes_per_address = 16  # the same, from one remote address
+//   handshake_timeout_ms = 2000   # TCP accept to HELLO accepted, TLS handshake included
+//   idle_timeout_ms = 5000        # a connection that received nothing this long is closed
+//   [cluster.tls]                 # mutual TLS 1.3 between nodes (doc/node.md); SIGHUP or a file change reloads
+//   cert = "node-1.crt"           # this node's certificate chain; its DNS SAN (or CN) is node.id
+//   key = "node-1.key"
+//   ca = "ca.crt"                 # a peer's certificate must chain to this CA
 //
 //   [entities]
 //   shard_count = 64              # shards per entity type, the same on every node
@@ -137,6 +146,12 @@ struct ClusterConfig {
   std::chrono::milliseconds takeover_margin{500};
   std::size_t hand_off_batch = 8;
   bool send_traces = true;  // ClusterSettings::send_traces
+  bool insecure = false;    // plain TCP between nodes, chosen explicitly
+  std::string tls_cert, tls_key, tls_ca;  // [cluster.tls]: PEM paths, all three or none
+  std::size_t max_handshakes = 256;
+  std::size_t max_handshakes_per_address = 16;
+  std::chrono::milliseconds handshake_timeout{2000};
+  std::chrono::milliseconds idle_timeout{5000};
 };
 
 struct EntitiesConfig {

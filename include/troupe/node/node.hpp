@@ -11,7 +11,7 @@
 //   auto payments = (*node)->serve_entities<Payment>({.type = "payment", .events = codecs(), ...});
 //   auto refunds = (*node)->start_jobs(refund_settings, translator, workers);  // durable; sharded in a cluster
 //   (*node)->mark_ready();
-//   (*node)->wait_for_stop_signal();   // SIGINT / SIGTERM: graceful drain, then return
+//   (*node)->wait_for_stop_signal();   // SIGINT / SIGTERM: graceful drain, then return; SIGHUP: reload TLS
 //
 // Entity types are served the same way on one node and in a cluster:
 // serve_entities starts an EntityRegistry on a single node and a
@@ -256,12 +256,19 @@ class Node {
   // (cluster) and entity types stop, processing entities finishing their
   // episode (E6). Idempotent; later calls return the first outcome.
   Result<void> drain();
-  // Blocks SIGINT and SIGTERM in the calling thread and so in every thread
+  // Reads the cluster's TLS files again ([cluster.tls]): new connections
+  // use them, established ones stay up. SIGHUP during wait_for_stop_signal()
+  // calls it; a change of the files is noticed within seconds anyway.
+  // Errors: invalid_argument without [cluster] or TLS, or unusable files
+  // (the old ones stay in use).
+  Result<void> reload_tls();
+  // Blocks SIGINT, SIGTERM and SIGHUP in the calling thread and so in every thread
   // it starts afterwards. A program calls it first thing in main(), before
   // Node::start creates threads: a signal must reach wait_for_stop_signal,
   // not kill the process in some worker thread that left it unblocked.
   static void block_stop_signals();
-  // Blocks until SIGINT or SIGTERM (or a POST /drain), then drains: /ready
+  // Blocks until SIGINT or SIGTERM (or a POST /drain), then drains (SIGHUP
+  // meanwhile reloads the TLS files): /ready
   // answers 503 at once, both ports go on serving for config.drain_grace,
   // then drain(). One line on stderr when the drain starts and one when it
   // is done. Call from the main thread after block_stop_signals().

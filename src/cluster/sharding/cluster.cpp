@@ -225,6 +225,7 @@ Result<std::unique_ptr<Cluster>> Cluster::start(ActorSystem& system, ClusterSett
   rs.max_frame_bytes = settings.max_frame_bytes;
   rs.max_outbound_bytes = settings.max_outbound_bytes;
   rs.send_traces = settings.send_traces;
+  rs.security = settings.security;
   auto remoting = Remoting::start(system, rs);
   if (!remoting.ok()) return std::move(remoting).error();
   impl->remoting = std::move(remoting.value());

@@ -68,6 +68,8 @@ class ClusterSharding : public ::testing::Test {
     n->id = id;
     n->system = test::quiet_system();
     ClusterSettings cs;
+  cs.security.insecure = true;
+    cs.security.insecure = true;
     cs.node_id = id;
     cs.roles = std::move(roles);
     cs.coordination = coordination();
@@ -239,6 +241,7 @@ TEST_F(ClusterSharding, ANodeWithoutTheRegionsRoleOwnsNoShardYetItsAsksAreAnswer
   d->id = "d";
   d->system = test::quiet_system();
   ClusterSettings cs;
+  cs.security.insecure = true;
   cs.node_id = "d";
   cs.coordination = coordination();
   auto cl = Cluster::start(*d->system, cs);

@@ -87,6 +87,7 @@ class ClusterProcesses : public ::testing::Test {
     cfg.log_dead_letters = false;
     system = std::make_unique<ActorSystem>(std::move(cfg));
     Remoting::Settings rs;
+    rs.security.insecure = true;
     rs.node_id = "driver";
     auto r = Remoting::start(*system, rs);
     ASSERT_TRUE(r.ok()) << r.error().to_string();

@@ -343,6 +343,7 @@ int main(int argc, char** argv) {
 
   ClusterSettings cs;
   cs.node_id = id;
+  cs.security.insecure = true;  // one machine
   cs.coordination.redis_port = static_cast<std::uint16_t>(redis_port);
   cs.coordination.key_prefix = "proc-test";
   // Timings not given stay at the library's defaults (the failover bench

@@ -86,6 +86,7 @@ int gateway(const std::string& id, bool hold) {
   cfg.log_dead_letters = false;
   ActorSystem system(std::move(cfg));
   Remoting::Settings rs;
+  rs.security.insecure = true;
   rs.node_id = id;
   auto remoting = Remoting::start(system, rs);
   if (!remoting.ok()) {
@@ -109,6 +110,7 @@ int lock_node(const std::string& id, int argc, char** argv) {
   ActorSystem system(std::move(cfg));
 
   ClusterSettings cs;
+  cs.security.insecure = true;
   cs.node_id = id;
   cs.coordination.redis_port = static_cast<std::uint16_t>(std::atoi(arg(argc, argv, "--redis-port").c_str()));
   cs.coordination.key_prefix = kLockClusterPrefix;

@@ -44,6 +44,7 @@ void start_in_process_nodes(const std::vector<std::string>& ids, StaticShardDire
     n->id = id;
     n->system = quiet_system();
     Remoting::Settings rs;
+    rs.security.insecure = true;
     rs.node_id = id;
     auto r = Remoting::start(*n->system, rs);
     ASSERT_TRUE(r.ok()) << r.error().to_string();

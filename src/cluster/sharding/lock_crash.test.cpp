@@ -75,6 +75,7 @@ class ClusterLockCrash : public ::testing::Test {
     cfg.log_failures = false;
     system = std::make_unique<ActorSystem>(std::move(cfg));
     ClusterSettings cs;
+    cs.security.insecure = true;
     cs.node_id = "p1";
     cs.coordination.redis_port = redis.port();
     cs.coordination.key_prefix = kLockClusterPrefix;

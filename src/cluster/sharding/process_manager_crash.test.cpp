@@ -68,6 +68,7 @@ class ProcessManagerCrash : public ::testing::Test {
     cfg.log_failures = false;
     system = std::make_unique<ActorSystem>(std::move(cfg));
     Remoting::Settings rs;
+    rs.security.insecure = true;
     // The node with the smaller id dials: this one ("client" < "gw…").
     rs.node_id = "client";
     auto r = Remoting::start(*system, rs);

@@ -49,7 +49,10 @@ Result<void> Transport::Impl::listen() {
 }
 
 void Transport::Impl::start_thread() {
-  asio::post(io_, [this] { accept(); });
+  asio::post(io_, [this] {
+    accept();
+    poll_tls_files();
+  });
   thread_ = std::thread([this] {
     io_id_.store(std::this_thread::get_id());
     for (;;) {
@@ -89,6 +92,7 @@ void Transport::Impl::cleanup() {
   std::error_code ignored;
   acceptor_.close(ignored);
   accept_retry_.cancel();
+  tls_poll_.cancel();
   for (const ConnPtr& c : live_) {
     if (c->peer) {
       // A sender may be writing to this socket itself; it holds mu while it does.
@@ -172,6 +176,16 @@ TransportStats Transport::Impl::stats() const {
   x.unknown_node = b(Bad::unknown_node);
   x.unexpected_node = b(Bad::unexpected_node);
   x.handshake_timeout = b(Bad::handshake_timeout);
+  auto r = [&](tcp::Refused why) { return v(c_.refused[static_cast<int>(why)]); };
+  RefusedPeerCounts& y = s.refused_peers;
+  y.tls_handshake = r(tcp::Refused::tls_handshake);
+  y.no_certificate = r(tcp::Refused::no_certificate);
+  y.untrusted_certificate = r(tcp::Refused::untrusted_certificate);
+  y.name_mismatch = r(tcp::Refused::name_mismatch);
+  y.over_address_limit = r(tcp::Refused::over_address_limit);
+  y.over_total_limit = r(tcp::Refused::over_total_limit);
+  s.tls_reloads = v(c_.tls_reloads);
+  s.tls_reload_failures = v(c_.tls_reload_failures);
   return s;
 }
 
@@ -206,12 +220,20 @@ Result<std::unique_ptr<Transport>> Transport::start(TransportSettings settings, 
     return bad("reconnect_min must be positive and at most reconnect_max");
   if (settings.keepalive_interval <= Duration::zero() || settings.keepalive_timeout < settings.keepalive_interval)
     return bad("keepalive_interval must be positive and at most keepalive_timeout");
+  if (settings.tls.configured() && settings.insecure)
+    return bad("tls and insecure are exclusive: give TLS files or insecure = true, not both");
+  if (!settings.tls.configured() && !settings.insecure)
+    return bad("no TLS files (tls.cert_file, key_file, ca_file) and not insecure: plain TCP must be chosen "
+               "explicitly with insecure = true");
+  if (settings.max_handshakes == 0 || settings.max_handshakes_per_address == 0)
+    return bad("max_handshakes and max_handshakes_per_address must be positive");
   if (!settings.log) {
     settings.log = [id = settings.node_id](std::string_view line) {
       log::info(log::Component::cluster, line, {{"transport", id}});
     };
   }
   auto impl = std::make_unique<Impl>(std::move(settings), std::move(handler), std::move(peer_handler));
+  if (auto tls = impl->init_tls(); !tls.ok()) return std::move(tls).error();
   if (auto listening = impl->listen(); !listening.ok()) return std::move(listening).error();
   impl->start_thread();
   return std::unique_ptr<Transport>(new Transport(std::move(impl)));
@@ -232,5 +254,6 @@ bool Transport::connected(std::string_view node) const { return impl_->connected
 std::vector<PeerStatus> Transport::peers() const { return impl_->peers(); }
 TransportStats Transport::stats() const { return impl_->stats(); }
 void Transport::stop() { impl_->stop(); }
+Result<void> Transport::reload_tls() { return impl_->reload_tls(); }
 
 }  // namespace troupe::cluster

@@ -645,6 +645,7 @@ TEST(Transport, TheDefaultLogWritesOneLineWithTheNodeIdToTheLogFacade) {
   {
     TransportSettings s;
     s.node_id = "solo";
+    s.insecure = true;
     auto t = Transport::start(s, [](std::string_view, std::uint32_t, std::string_view) {}).value();
     t->set_peer("a b", "127.0.0.1", 1);
   }

@@ -29,9 +29,13 @@ void Transport::Impl::accept() {
     auto c = std::make_shared<Connection>(std::move(socket), true, s_.max_frame_bytes);
     std::error_code ignored;
     const Endpoint remote = c->socket.remote_endpoint(ignored);
-    c->remote = remote.address().to_string() + ":" + std::to_string(remote.port());
-    live_.insert(c);
-    begin(c);
+    c->remote_ip = remote.address().to_string();
+    c->remote = c->remote_ip + ":" + std::to_string(remote.port());
+    if (admit(c)) {
+      with_tls(c);
+      live_.insert(c);
+      begin(c);
+    }
     accept();
   });
 }
@@ -49,6 +53,7 @@ void Transport::Impl::dial(const PeerPtr& p) {
   auto c = std::make_shared<Connection>(Socket(io_), false, s_.max_frame_bytes);
   c->peer = p;
   c->remote = host + ":" + std::to_string(port);
+  with_tls(c);
   p->conn = c;
   live_.insert(c);
   arm(c, s_.connect_timeout, &Impl::on_connect_timeout);
@@ -81,20 +86,37 @@ void Transport::Impl::on_connected(const ConnPtr& c, const std::error_code& ec) 
   begin(c);
 }
 
-// A TCP connection is up. The dialer says HELLO at once; the acceptor
-// answers only a HELLO it accepts, so a dialer that gets the answer knows
-// it was accepted.
+// With TLS: the connection gets a stream over its socket, made with the
+// context in use now (a reload changes it for later connections only).
+void Transport::Impl::with_tls(const ConnPtr& c) {
+  std::lock_guard lk(tls_mu_);
+  if (!tls_ctx_) return;
+  c->tls_ctx = tls_ctx_;
+  c->tls = std::make_unique<tcp::TlsStream>(c->socket, *c->tls_ctx);
+}
+
+// A TCP connection is up: TLS first if configured (transport_tls.cpp), then
+// HELLOs, all within handshake_timeout.
 void Transport::Impl::begin(const ConnPtr& c) {
   std::error_code ignored;
   // Batching is ours; Nagle would only delay the first frame of a batch.
   c->socket.set_option(asio::ip::tcp::no_delay(true), ignored);
   c->state = Connection::State::handshaking;
   arm(c, s_.handshake_timeout, &Impl::on_handshake_timeout);
-  if (!c->inbound) {
-    tcp::append_hello(c->control, incarnation_, s_.node_id);
-    start_write(c);
+  if (c->tls) {
+    start_tls(c);
+    return;
   }
+  say_hello(c);
   start_read(c);
+}
+
+// The dialer says HELLO at once; the acceptor answers only a HELLO it
+// accepts, so a dialer that gets the answer knows it was accepted.
+void Transport::Impl::say_hello(const ConnPtr& c) {
+  if (c->inbound) return;
+  tcp::append_hello(c->control, incarnation_, s_.node_id);
+  start_write(c);
 }
 
 void Transport::Impl::arm(const ConnPtr& c, Duration after, void (Impl::*fire)(const ConnPtr&)) {
@@ -111,8 +133,12 @@ void Transport::Impl::on_connect_timeout(const ConnPtr& c) {
 }
 
 void Transport::Impl::on_handshake_timeout(const ConnPtr& c) {
-  if (c->state == Connection::State::handshaking)
-    close(c, "no HELLO within " + millis(s_.handshake_timeout), Bad::handshake_timeout);
+  if (c->state != Connection::State::handshaking) return;
+  // Strangers may hold many connections open: their timeouts are logged as
+  // refusals are, once a minute per address.
+  close(c, std::string(c->tls ? "no TLS handshake and HELLO within " : "no HELLO within ") +
+               millis(s_.handshake_timeout),
+        Bad::handshake_timeout, c->inbound && !log_refusal(*c));
 }
 
 // --- handshake -----------------------------------------------------------------------
@@ -126,6 +152,8 @@ bool Transport::Impl::on_hello(const ConnPtr& c, const Frame& f) {
     close(c, "HELLO claims this node's own id '" + s_.node_id + "'", Bad::own_node_id);
     return false;
   }
+  // Before anything else learns of the claimed id: the certificate must name it.
+  if (c->tls && c->inbound && !names_match(c, f.node_id)) return false;
   if (c->inbound) {
     if (!(f.node_id < std::string_view(s_.node_id))) {
       close(c,
@@ -156,6 +184,7 @@ bool Transport::Impl::on_hello(const ConnPtr& c, const Frame& f) {
 
 void Transport::Impl::establish(const ConnPtr& c, std::uint64_t incarnation) {
   Peer& p = *c->peer;
+  uncount(*c);
   c->state = Connection::State::established;
   c->last_input = std::chrono::steady_clock::now();
   c->got_input = false;
@@ -166,7 +195,8 @@ void Transport::Impl::establish(const ConnPtr& c, std::uint64_t incarnation) {
     before = p.incarnation;
     p.incarnation = incarnation;
     p.ready = true;
-    p.direct_fd = c->socket.native_handle();
+    // A TLS connection's OpenSSL object is the io thread's alone: no direct writes.
+    p.direct_fd = c->tls ? -1 : c->socket.native_handle();
   }
   if (before != 0 && before != incarnation) {
     bump(c_.peer_restarts);
@@ -184,10 +214,11 @@ void Transport::Impl::establish(const ConnPtr& c, std::uint64_t incarnation) {
 
 // --- closing -------------------------------------------------------------------------
 
-void Transport::Impl::close(ConnPtr c, std::string_view reason, std::optional<Bad> bad) {
+void Transport::Impl::close(ConnPtr c, std::string_view reason, std::optional<Bad> bad, bool quiet) {
   if (c->state == Connection::State::closed) return;
   const auto was = c->state;
   c->state = Connection::State::closed;
+  uncount(*c);
   ++c->timer_gen;
   c->timer.cancel();
   if (c->resolver) c->resolver->cancel();
@@ -225,7 +256,7 @@ void Transport::Impl::close(ConnPtr c, std::string_view reason, std::optional<Ba
       line += tcp::kBadNames[static_cast<int>(*bad)];
       line += "]";
     }
-    log(line);
+    if (!quiet) log(line);
   }
   if (!p || p->conn != c) return;
   p->conn.reset();

@@ -7,6 +7,9 @@
 //   transport_send.cpp        send() and the write side of a connection
 //   transport_connection.cpp  accepting, dialling, the HELLO handshake, closing
 //   transport_receive.cpp     reading, delivering frames, keepalive
+//   transport_tls.cpp         the TLS handshake, the name check, refusals,
+//                             the handshake limits and certificate reload
+//   tls.cpp                   TLS contexts and certificate names (tls.hpp)
 // Private to src/cluster/tcp. See transport.hpp for the contract and
 // doc/wire.md for the protocol.
 //
@@ -23,9 +26,15 @@
 //     `direct_fd`, `partial_rest`). It is also held across a sender's own
 //     write to the socket (transport_send.cpp), so the io thread never closes or writes
 //     to that socket meanwhile.
+//   - tls_mu_ guards tls_ctx_, the context new connections take (replaced
+//     by reload_tls() from any thread).
 //   - Everything else (connections, timers, Peer::conn, back-off state) is
 //     touched only on the io thread, or after it has been joined.
+//
+// TLS: a connection's OpenSSL object is used by the io thread only, so a
+// TLS connection never allows a direct write (Peer::direct_fd stays -1).
 
+#define TROUPE_ASIO_SSL 1
 #include "../asio_headers.hpp"  // first: see there
 
 #include <array>
@@ -53,6 +62,7 @@ namespace troupe::cluster::tcp {
 
 using Socket = asio::ip::tcp::socket;
 using Endpoint = asio::ip::tcp::endpoint;
+using TlsStream = asio::ssl::stream<Socket&>;
 
 // The decoder's buffer starts at kReadBuffer (see transport_receive.cpp).
 constexpr std::size_t kReadBuffer = 128u << 10;
@@ -124,6 +134,19 @@ struct Counters {
   std::atomic<std::uint64_t> keepalive_timeouts{0}, pings_sent{0};
   std::atomic<std::uint64_t> refused_full{0}, refused_unknown{0}, refused_too_large{0}, frames_dropped{0};
   std::array<std::atomic<std::uint64_t>, static_cast<int>(Bad::count_)> bad{};
+  std::array<std::atomic<std::uint64_t>, 6> refused{};  // by Refused
+  std::atomic<std::uint64_t> tls_reloads{0}, tls_reload_failures{0};
+};
+
+// Why a peer was refused before its HELLO was accepted: the index into
+// Counters::refused, in the order of RefusedPeerCounts.
+enum class Refused : int {
+  tls_handshake,
+  no_certificate,
+  untrusted_certificate,
+  name_mismatch,
+  over_address_limit,
+  over_total_limit,
 };
 
 // Counters order nothing: relaxed.
@@ -175,6 +198,14 @@ struct Connection {
       : socket(std::move(s)), timer(socket.get_executor()), decoder(max_frame, kReadBuffer), inbound(in) {}
 
   Socket socket;
+  // With TLS: the stream over `socket`, and the context it was made with
+  // (kept alive here: a reload replaces the transport's).
+  std::shared_ptr<asio::ssl::context> tls_ctx;
+  std::unique_ptr<TlsStream> tls;
+  std::string verify_error;  // why the peer's certificate failed verification
+  std::vector<std::string> cert_names;  // what the peer's certificate names, after the TLS handshake
+  std::string remote_ip;              // accepted: the peer's address, the key of the handshake limits
+  bool counted = false;               // accepted: counted in the handshake limits until its HELLO
   asio::steady_timer timer;  // connect timeout, then handshake deadline, then keepalive ticks
   std::uint64_t timer_gen = 0;
   std::unique_ptr<asio::ip::tcp::resolver> resolver;
@@ -229,6 +260,8 @@ class Transport::Impl {
   void remove_peer(std::string_view node);
   Result<void> send(std::string_view to, std::uint32_t type, std::string_view payload);
   Result<void> send_encoded(std::string_view to, std::string_view frames);
+  Result<void> reload_tls();
+  Result<void> init_tls();
   bool connected(std::string_view node) const;
   std::vector<PeerStatus> peers() const;
   TransportStats stats() const;
@@ -265,7 +298,18 @@ class Transport::Impl {
   void arm(const ConnPtr& c, Duration after, void (Impl::*fire)(const ConnPtr&));
   void on_connect_timeout(const ConnPtr& c);
   void on_handshake_timeout(const ConnPtr& c);
+  bool admit(const ConnPtr& c);
+  void uncount(Connection& c);
+  void start_tls(const ConnPtr& c);
+  void on_tls_handshake(const ConnPtr& c, const std::error_code& ec);
+  void say_hello(const ConnPtr& c);
+  bool names_match(const ConnPtr& c, std::string_view node);
+  void refuse(const ConnPtr& c, tcp::Refused why, std::string_view reason);
+  bool log_refusal(const Connection& c);
+  void poll_tls_files();
+  Result<void> reload_tls_files();
   void on_keepalive(const ConnPtr& c);
+  void with_tls(const ConnPtr& c);
   void start_read(const ConnPtr& c);
   void on_read(const ConnPtr& c, const std::error_code& ec, std::size_t n);
   bool deliver(const ConnPtr& c);
@@ -276,7 +320,7 @@ class Transport::Impl {
   void start_write(const ConnPtr& c);
   void on_written(const ConnPtr& c, const std::error_code& ec, std::size_t n);
   // By value: callers pass p->conn, which this resets.
-  void close(ConnPtr c, std::string_view reason, std::optional<Bad> bad = std::nullopt);
+  void close(ConnPtr c, std::string_view reason, std::optional<Bad> bad = std::nullopt, bool quiet = false);
   void schedule_redial(const PeerPtr& p);
   void on_address(const PeerPtr& p);
   void forget(const PeerPtr& p);
@@ -304,6 +348,16 @@ class Transport::Impl {
   tcp::PeerMap peers_;
 
   std::unordered_set<ConnPtr> live_;  // io thread: connections not yet closed
+
+  mutable std::mutex tls_mu_;
+  std::shared_ptr<asio::ssl::context> tls_ctx_;  // guarded by tls_mu_; null: plain TCP
+  std::vector<long long> tls_times_;              // io thread (after start): the files as last loaded
+  asio::steady_timer tls_poll_{io_};              // io thread
+  // io thread: connections in handshake per remote address, and in all.
+  std::unordered_map<std::string, std::size_t> handshaking_;
+  std::size_t handshaking_total_ = 0;
+  // io thread: when a refusal from an address was last logged.
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> refusal_logged_;
   std::mt19937_64 rng_;                   // io thread: back-off jitter
   tcp::Counters c_;
 };

@@ -113,14 +113,19 @@ inline void Transport::Impl::allow_direct(const ConnPtr& c) {
 
 void Transport::Impl::start_read(const ConnPtr& c) {
   std::span<char> room = c->decoder.prepare(kReadMinFree);
-  c->socket.async_read_some(asio::buffer(room.data(), room.size()),
-                            [this, c](const std::error_code& ec, std::size_t n) { on_read(c, ec, n); });
+  auto done = [this, c](const std::error_code& ec, std::size_t n) { on_read(c, ec, n); };
+  if (c->tls)
+    c->tls->async_read_some(asio::buffer(room.data(), room.size()), std::move(done));
+  else
+    c->socket.async_read_some(asio::buffer(room.data(), room.size()), std::move(done));
 }
 
 void Transport::Impl::on_read(const ConnPtr& c, const std::error_code& ec, std::size_t n) {
   if (c->state == Connection::State::closed || stopped_.load()) return;
   if (ec) {
-    if (ec == asio::error::eof) {
+    // A TLS peer closes without close_notify (this transport never sends
+    // one): the stream ends as a plain one would.
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) {
       if (c->decoder.buffered() > 0) {
         close(c, "stream ended inside a frame (" + std::to_string(c->decoder.buffered()) + " bytes of it received)",
               Bad::truncated);

@@ -247,8 +247,11 @@ void Transport::Impl::start_write(const ConnPtr& c) {
   if (c->control_writing.empty() && c->data_writing.empty()) return;
   c->writing = true;
   const std::array<asio::const_buffer, 2> buffers{asio::buffer(c->control_writing), asio::buffer(c->data_writing)};
-  asio::async_write(c->socket, buffers,
-                    [this, c](const std::error_code& ec, std::size_t n) { on_written(c, ec, n); });
+  auto done = [this, c](const std::error_code& ec, std::size_t n) { on_written(c, ec, n); };
+  if (c->tls)
+    asio::async_write(*c->tls, buffers, std::move(done));
+  else
+    asio::async_write(c->socket, buffers, std::move(done));
 }
 
 void Transport::Impl::on_written(const ConnPtr& c, const std::error_code& ec, std::size_t n) {

@@ -132,6 +132,7 @@ class LogCapture {
 inline TransportSettings test_settings(std::string id) {
   TransportSettings s;
   s.node_id = std::move(id);
+  s.insecure = true;
   s.reconnect_min = std::chrono::milliseconds(10);
   s.reconnect_max = std::chrono::milliseconds(200);
   s.log = [](std::string_view) {};

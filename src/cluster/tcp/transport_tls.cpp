@@ -1,0 +1,188 @@
+// The TCP transport's defences, on the io thread unless said otherwise: the
+// TLS handshake of a connection and the check that a peer's certificate
+// names the node it claims (or was dialled as), refusals counted and logged
+// at most once per address per minute, the bounds on accepted connections
+// still in their handshake, and certificate reload (reload_tls() from any
+// thread, and a poll of the files' modification times).
+
+#include "transport_impl.hpp"  // first: it includes Asio first
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+
+#include "tls.hpp"
+
+namespace troupe::cluster {
+
+namespace {
+
+constexpr std::array<const char*, 6> kRefusedNames = {
+    "tls_handshake", "no_certificate", "untrusted_certificate", "name_mismatch", "over_address_limit", "over_total_limit",
+};
+
+// Refusals are logged at most once per address in this long.
+constexpr auto kRefusalLogEvery = std::chrono::minutes(1);
+// Past this many addresses remembered, those not logged within a minute are forgotten.
+constexpr std::size_t kRefusalLogAddresses = 4096;
+
+}  // namespace
+
+// --- settings (start-up, any thread) -------------------------------------------------
+
+Result<void> Transport::Impl::init_tls() {
+  if (!s_.tls.configured()) return {};
+  auto ctx = tcp::make_tls_context(s_.tls);
+  if (!ctx.ok()) return std::move(ctx).error();
+  std::lock_guard lk(tls_mu_);
+  tls_ctx_ = std::move(*ctx);
+  tls_times_ = tcp::tls_file_times(s_.tls);
+  return {};
+}
+
+Result<void> Transport::Impl::reload_tls() {
+  if (!s_.tls.configured())
+    return Error(ErrorCode::invalid_argument, "transport of node '" + s_.node_id + "' has no TLS to reload");
+  auto times = tcp::tls_file_times(s_.tls);
+  auto ctx = tcp::make_tls_context(s_.tls);
+  std::lock_guard lk(tls_mu_);
+  // A failed reload is not retried until the files change again.
+  tls_times_ = std::move(times);
+  if (!ctx.ok()) {
+    bump(c_.tls_reload_failures);
+    return std::move(ctx).error();
+  }
+  tls_ctx_ = std::move(*ctx);
+  bump(c_.tls_reloads);
+  return {};
+}
+
+void Transport::Impl::poll_tls_files() {
+  if (stopped_.load() || !s_.tls.configured() || s_.tls_poll_interval <= Duration::zero()) return;
+  tls_poll_.expires_after(s_.tls_poll_interval);
+  tls_poll_.async_wait([this](const std::error_code& ec) {
+    if (ec || stopped_.load()) return;
+    const auto now = tcp::tls_file_times(s_.tls);
+    bool changed;
+    {
+      std::lock_guard lk(tls_mu_);
+      changed = now != tls_times_;
+    }
+    if (changed) {
+      if (auto r = reload_tls(); r.ok())
+        log("TLS files changed: reloaded; new connections use them, established ones stay");
+      else
+        log("TLS files changed but cannot be used (the old ones stay in use): " + r.error().message());
+    }
+    poll_tls_files();
+  });
+}
+
+// --- the handshake limits --------------------------------------------------------------
+
+// An accepted connection: counted in the handshake limits, or refused at once.
+bool Transport::Impl::admit(const ConnPtr& c) {
+  auto it = handshaking_.find(c->remote_ip);
+  const std::size_t from_there = it == handshaking_.end() ? 0 : it->second;
+  if (handshaking_total_ >= s_.max_handshakes) {
+    refuse(c, tcp::Refused::over_total_limit,
+           std::to_string(handshaking_total_) + " connections in handshake (max_handshakes)");
+    return false;
+  }
+  if (from_there >= s_.max_handshakes_per_address) {
+    refuse(c, tcp::Refused::over_address_limit,
+           std::to_string(from_there) + " connections from its address in handshake (max_handshakes_per_address)");
+    return false;
+  }
+  ++handshaking_[c->remote_ip];
+  ++handshaking_total_;
+  c->counted = true;
+  return true;
+}
+
+void Transport::Impl::uncount(Connection& c) {
+  if (!c.counted) return;
+  c.counted = false;
+  --handshaking_total_;
+  auto it = handshaking_.find(c.remote_ip);
+  if (it != handshaking_.end() && --it->second == 0) handshaking_.erase(it);
+}
+
+// --- refusals --------------------------------------------------------------------------
+
+// Whether a refusal of the peer at c's address is logged: once a minute.
+bool Transport::Impl::log_refusal(const Connection& c) {
+  const std::string& address = c.inbound ? c.remote_ip : c.remote;
+  const auto now = std::chrono::steady_clock::now();
+  if (refusal_logged_.size() >= kRefusalLogAddresses)
+    std::erase_if(refusal_logged_, [&](const auto& e) { return now - e.second >= kRefusalLogEvery; });
+  auto [it, fresh] = refusal_logged_.try_emplace(address, now);
+  if (!fresh && now - it->second < kRefusalLogEvery) return false;
+  it->second = now;
+  return true;
+}
+
+void Transport::Impl::refuse(const ConnPtr& c, tcp::Refused why, std::string_view reason) {
+  bump(c_.refused[static_cast<int>(why)]);
+  if (log_refusal(*c)) {
+    log("refused " + describe(*c) + ": " + std::string(reason) + " [" + kRefusedNames[static_cast<int>(why)] +
+        "]; more refusals of " + (c->inbound ? c->remote_ip : c->remote) + " within a minute are counted, not logged");
+  }
+  if (c->state == Connection::State::connecting && c->inbound) {
+    // Refused as it was accepted: not yet a live connection.
+    c->state = Connection::State::closed;
+    std::error_code ignored;
+    c->socket.close(ignored);
+    return;
+  }
+  close(c, reason, std::nullopt, /*quiet=*/true);
+}
+
+// --- TLS handshake ---------------------------------------------------------------------
+
+void Transport::Impl::start_tls(const ConnPtr& c) {
+  Connection* raw = c.get();  // the stream belongs to the connection: it outlives the callback
+  c->tls->set_verify_callback([raw](bool preverified, asio::ssl::verify_context& vc) {
+    if (!preverified && raw->verify_error.empty())
+      raw->verify_error = X509_verify_cert_error_string(X509_STORE_CTX_get_error(vc.native_handle()));
+    return preverified;
+  });
+  const auto role = c->inbound ? asio::ssl::stream_base::server : asio::ssl::stream_base::client;
+  c->tls->async_handshake(role, [this, c](const std::error_code& ec) { on_tls_handshake(c, ec); });
+}
+
+void Transport::Impl::on_tls_handshake(const ConnPtr& c, const std::error_code& ec) {
+  if (c->state != Connection::State::handshaking || stopped_.load()) return;
+  if (ec) {
+    if (!c->verify_error.empty()) {
+      refuse(c, tcp::Refused::untrusted_certificate, "its certificate is not trusted: " + c->verify_error);
+    } else if (ec.category() == asio::error::get_ssl_category() &&
+               ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
+      refuse(c, tcp::Refused::no_certificate, "it sent no certificate");
+    } else {
+      refuse(c, tcp::Refused::tls_handshake, "TLS handshake failed: " + ec.message());
+    }
+    return;
+  }
+  c->cert_names = tcp::peer_certificate_names(c->tls->native_handle());
+  // The dialler knows whom it meant to reach; the acceptor learns the
+  // claimed id from the HELLO (on_hello).
+  if (!c->inbound && !names_match(c, c->peer->id)) return;
+  say_hello(c);
+  start_read(c);
+}
+
+// Whether the peer's certificate names `node`; refuses the connection if not.
+bool Transport::Impl::names_match(const ConnPtr& c, std::string_view node) {
+  if (std::find(c->cert_names.begin(), c->cert_names.end(), node) != c->cert_names.end()) return true;
+  std::string names;
+  for (const auto& n : c->cert_names) names += (names.empty() ? "'" : ", '") + n + "'";
+  refuse(c, tcp::Refused::name_mismatch,
+         "its certificate names " + (names.empty() ? std::string("nothing") : names) + ", not '" + std::string(node) +
+             "'");
+  return false;
+}
+
+}  // namespace troupe::cluster
