@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
-#include <sstream>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -27,26 +25,7 @@ Digest sha256(std::string_view s) noexcept {
   return d;
 }
 
-constexpr std::string_view kSpace = " \t\r\n\f\v";
-
-std::string_view trimmed(std::string_view s) {
-  const auto b = s.find_first_not_of(kSpace);
-  if (b == std::string_view::npos) return {};
-  return s.substr(b, s.find_last_not_of(kSpace) - b + 1);
-}
-
 }  // namespace
-
-Result<std::string> read_token_file(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return Error(ErrorCode::invalid_argument, "admin.token_file: cannot read " + file.string());
-  std::ostringstream all;
-  all << in.rdbuf();
-  if (in.bad()) return Error(ErrorCode::invalid_argument, "admin.token_file: cannot read " + file.string());
-  std::string token(trimmed(all.str()));
-  if (token.empty()) return Error(ErrorCode::invalid_argument, "admin.token_file: " + file.string() + " holds no token");
-  return token;
-}
 
 bool same_secret(std::string_view a, std::string_view b) noexcept {
   const Digest da = sha256(a);
@@ -117,7 +96,7 @@ http::Router::Guard admin_guard(std::shared_ptr<AdminToken> token, bool read_ope
     bool bearer = auth.size() > kScheme.size();
     for (std::size_t i = 0; bearer && i < kScheme.size(); ++i)
       bearer = (auth[i] | 0x20) == (kScheme[i] | 0x20);
-    if (bearer && token->matches(trimmed(auth.substr(kScheme.size())))) return std::nullopt;
+    if (bearer && token->matches(trim_space(auth.substr(kScheme.size())))) return std::nullopt;
     http::Response r = http::Response::error(401, "unauthorized", "this route needs an admin token (Authorization: Bearer)");
     r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"troupe\"");
     return r;

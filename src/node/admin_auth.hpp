@@ -18,7 +18,11 @@ namespace troupe::node::detail {
 
 // The token in `file`, surrounding white space removed. invalid_argument
 // naming the file when it cannot be read or holds nothing else.
+// (config_admin.cpp, with trim_space: the config checks the file too.)
 Result<std::string> read_token_file(const std::filesystem::path& file);
+
+// `s` without the ASCII white space around it.
+std::string_view trim_space(std::string_view s) noexcept;
 
 // a == b, in a time that depends on neither's content: both are hashed
 // (SHA-256) and the digests compared with CRYPTO_memcmp.

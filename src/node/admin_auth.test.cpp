@@ -1,6 +1,7 @@
-// The admin API's bearer token: the constant-time comparison, the token
-// file (read, refused when empty or unreadable, read again when rotated),
-// the config keys, and a node whose routes answer 401 without the token.
+// The admin API's security: the bearer token (the constant-time
+// comparison, the token file read, refused when empty or unreadable, read
+// again when rotated; a node whose routes answer 401 without it), the
+// [admin] keys, and the admin API over TLS.
 
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "../net/http/test_pki.hpp"
 #include "admin_auth.hpp"
 #include "troupe/net/http.hpp"
 #include "troupe/node/config.hpp"
@@ -207,6 +209,47 @@ TEST(AdminGuard, WithoutATokenFileEveryRouteIsOpenAsBefore) {
   GuardedNode g("");
   EXPECT_EQ(g.call("GET", "/metrics").status, 200);
   EXPECT_EQ(g.call("POST", "/rebalance").status, 409);
+}
+
+TEST(AdminTls, TheAdminApiServesHttpsWithItsCertificateAndTheTokenOverIt) {
+  const auto& pki = troupe::http::testing::Pki::get();
+  ASSERT_TRUE(pki.ok) << "openssl could not make the test certificates";
+  TempDir keys;
+  auto token = keys.write("token", "tls-token\n");
+  GuardedNode g("token_file = \"" + token.string() + "\"\n[admin.tls]\ncert = \"" + (pki / "server.crt").string() +
+                "\"\nkey = \"" + (pki / "server.key").string() + "\"");
+  troupe::http::ClientSettings cs;
+  cs.port = g.node->admin_port();
+  cs.tls = true;
+  cs.tls_ca_file = (pki / "ca-a.crt").string();
+  auto client = troupe::http::Client::create(cs);
+  ASSERT_TRUE(client.ok());
+  troupe::http::ClientRequest r;
+  r.target = "/api/overview";
+  r.headers.emplace_back("Authorization", "Bearer tls-token");
+  auto over_tls = (*client)->request_sync(r);
+  ASSERT_TRUE(over_tls.ok()) << over_tls.error().to_string();
+  EXPECT_EQ(over_tls->status, 200);
+  auto plain = g.client->request_sync("GET", "/health");  // g's own client speaks plain HTTP
+  EXPECT_FALSE(plain.ok() && plain->status == 200) << "plain HTTP on the HTTPS port is no request";
+}
+
+TEST(AdminTls, TheTlsTableNeedsBothFilesAndAFileThatDoesNotLoadStopsTheStart) {
+  auto half = NodeConfig::parse("[admin.tls]\ncert = \"a.crt\"\n", "t.toml");
+  ASSERT_FALSE(half.ok());
+  EXPECT_EQ(half.error().message(), "t.toml: admin.tls: needs both cert and key (PEM files)");
+  auto typo = NodeConfig::parse("[admin.tls]\ncert = \"a.crt\"\nkey = \"a.key\"\nca = \"x\"\n", "t.toml");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_EQ(typo.error().message(), "t.toml: admin.tls.ca: unknown setting");
+  auto cfg = NodeConfig::parse(
+      "[admin]\nport = 0\n[admin.tls]\ncert = \"/nonexistent/a.crt\"\nkey = \"/nonexistent/a.key\"\n"
+      "[journal]\nbackend = \"memory\"\n",
+      "t.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+  EXPECT_TRUE(cfg->admin.tls());
+  auto n = Node::start(std::move(*cfg));
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.error().message().rfind("admin.tls: TLS certificate /nonexistent/a.crt", 0), 0u) << n.error().message();
 }
 
 }  // namespace
