@@ -207,6 +207,13 @@ gateway = "127.0.0.1:{gw_port}"
               f"{attack.loris_longest:.1f} s, oldest left open {attack.loris_oldest_open:.1f} s")
         s, metrics = get_text(port, "/metrics")
         check(s == 200, f"the node still serves /metrics after the attack: {s}")
+        refused = [line for line in metrics.splitlines()
+                   if line.startswith("troupe_admin_connections_refused_total") and 'limit="per_address"' in line]
+        check(refused and float(refused[0].split()[-1]) > 0,
+              f"/metrics counts the connections refused per address: {refused}")
+        timeouts = [line for line in metrics.splitlines() if line.startswith("troupe_admin_timeouts_total")]
+        check(timeouts and float(timeouts[0].split()[-1]) >= attack.loris_408,
+              f"/metrics counts the slow-loris connections cut off: {timeouts}")
         check(node.p.poll() is None, "the node still runs")
     finally:
         clean_up(work, procs)
