@@ -82,7 +82,7 @@ endif()
 # default) those are needed at every link, so they go to Requires too and a
 # plain `pkg-config --libs` links; with shared ones to Requires.private.
 # Boost.Beast and nlohmann-json inside troupe_net are header-only and ship no
-# link flags, so net lists nothing private.
+# link flags; OpenSSL (TLS) is net's one private module.
 function(troupe_pkg_config layer)
   cmake_parse_arguments(P "" "" "REQUIRES;PRIVATE;LIBS" ${ARGN})
   set(requires ${P_REQUIRES})
@@ -106,7 +106,7 @@ endfunction()
 # dependency of a layer is one word here (and one line in troupeConfig.cmake.in
 # and in TROUPE_DEB_DEPENDS below), e.g. spdlog for core, protobuf for a codec layer.
 troupe_pkg_config(core PRIVATE spdlog LIBS -pthread)
-troupe_pkg_config(net REQUIRES troupe-core)
+troupe_pkg_config(net REQUIRES troupe-core PRIVATE openssl)
 troupe_pkg_config(persist REQUIRES troupe-core PRIVATE sqlite3 libpq)
 troupe_pkg_config(patterns REQUIRES troupe-core troupe-persist)
 troupe_pkg_config(cluster REQUIRES troupe-core troupe-persist troupe-patterns PRIVATE troupe-net hiredis libssl libcrypto)
@@ -130,6 +130,7 @@ set(TROUPE_DEB_DEPENDS
     nlohmann-json3-dev
     libtomlplusplus-dev
     libboost-dev
+    libssl-dev
     libprotobuf-dev
     protobuf-compiler
     pkg-config)

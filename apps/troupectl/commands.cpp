@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -34,16 +35,12 @@ Result<NodeUrl> parse_node_url(std::string_view url) {
   auto bad = [&](std::string why) {
     return Error(ErrorCode::invalid_argument, "--node '" + std::string(url) + "': " + std::move(why));
   };
-  auto parsed = http::parse_url(url);
-  if (!parsed.ok()) {
-    std::string why = parsed.error().message();
-    if (url.find("://") != std::string_view::npos && url.substr(0, 7) != "http://")
-      why += " (the admin API has no TLS; put a proxy in front for that)";
-    return bad(std::move(why));
-  }
+  auto parsed = http::parse_url(url, /*https_too=*/true);
+  if (!parsed.ok()) return bad(parsed.error().message());
   NodeUrl out;
   out.host = std::move(parsed->host);
   out.port = parsed->port;
+  out.tls = parsed->tls;
   if (parsed->has_path) {
     std::string_view path = parsed->target;
     while (!path.empty() && path.back() == '/') path.remove_suffix(1);
@@ -176,7 +173,7 @@ Outcome<std::string> drain(const Options& o, const NodeApi& api, double timeout_
       if (!detail::field(*member, "admin").is_string())
         return Failure{exit_node_error, detail::cell(ov, "node") + " does not know the admin URL of '" +
                                             o.drain_node + "': run troupectl --node <its admin URL> drain"};
-      auto at = NodeApi::at(detail::reachable_admin(*member), timeout_s);
+      auto at = NodeApi::at(detail::reachable_admin(*member), timeout_s, o);
       if (auto* f = std::get_if<Failure>(&at)) return *f;
       other.emplace(std::move(std::get<NodeApi>(at)));
     }
@@ -194,12 +191,17 @@ Outcome<std::string> drain(const Options& o, const NodeApi& api, double timeout_
 
 }  // namespace
 
-int run(const Options& o, std::ostream& out, std::ostream& err) {
+int run(const Options& given, std::ostream& out, std::ostream& err) {
+  Options o = given;
   const double timeout_s = o.timeout_s.value_or(o.command == Command::rebalance ? 60.0 : 10.0);
   Outcome<std::string> result = Failure{};
-  if (!(timeout_s > 0)) {
+  Outcome<std::string> token = o.token;
+  if (!o.token_file.empty()) token = detail::read_token_file(o.token_file);
+  if (auto* bad_token = std::get_if<Failure>(&token)) {
+    result = *bad_token;
+  } else if (o.token = std::get<std::string>(token); !(timeout_s > 0)) {
     result = usage("--timeout-s must be positive");
-  } else if (auto api = NodeApi::at(o.node, timeout_s); auto* f = std::get_if<Failure>(&api)) {
+  } else if (auto api = NodeApi::at(o.node, timeout_s, o); auto* f = std::get_if<Failure>(&api)) {
     result = *f;
   } else {
     const NodeApi& node = std::get<NodeApi>(api);
@@ -279,12 +281,17 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
   app.set_version_flag("--version", "troupectl " + std::string(troupe::node::Node::version()));
   app.footer(
       "Exit codes: 0 ok; 1 the node answered with an error (or the member or type asked for is not there);\n"
-      "2 the node could not be reached or answered too late, or bad usage.");
-  app.add_option("--node", o.node, "the node's admin API, http://host:port")
+      "2 the node could not be reached or answered too late, or bad usage; 3 the node wants an admin token\n"
+      "(--token-file FILE or TROUPE_TOKEN) or refused the one given.");
+  app.add_option("--node", o.node, "the node's admin API, http://host:port or https://host:port")
       ->envname("TROUPE_NODE")
       ->capture_default_str();
   app.add_flag("--json", o.json,
                "print JSON (the node's document, or what the table shows) instead of a table");
+  app.add_option("--ca", o.ca_file, "https nodes: the CA (PEM) their certificates chain to [the system's]");
+  app.add_option("--token-file", o.token_file,
+                 "a file holding the node's admin token (its [admin] token_file); wins over TROUPE_TOKEN");
+  if (const char* env = std::getenv("TROUPE_TOKEN")) o.token = env;
   auto* timeout =
       app.add_option("--timeout-s", timeout_s, "seconds to wait for each answer [10; rebalance: 60]")
           ->check(CLI::PositiveNumber);

@@ -37,6 +37,8 @@ enum ExitCode : int {
   // The node could not be asked: unreachable, no answer within the
   // timeout, or bad usage (unknown command, missing argument, bad --node).
   exit_unreachable_or_usage = 2,
+  // The node refused the request for want of the right admin token (401).
+  exit_unauthorized = 3,
 };
 
 enum class Command { status, members, shards, workers, job_workers, rebalance, drain, entity, rolling_update };
@@ -63,9 +65,17 @@ struct RollingUpdateOptions {
 
 // One invocation, as parsed from the command line. Plain value type.
 struct Options {
-  // The admin API of the node to talk to: http://host[:port][/prefix].
+  // The admin API of the node to talk to: http[s]://host[:port][/prefix].
   std::string node = "http://127.0.0.1:8081";
   bool json = false;  // print JSON instead of tables
+  // The admin token, sent as "Authorization: Bearer <token>". run() reads
+  // it from token_file when that is set (it wins); run_command_line() takes
+  // it from the environment variable TROUPE_TOKEN otherwise.
+  std::string token;
+  std::string token_file;
+  // https:// nodes: the CA the node's certificate must chain to (PEM);
+  // empty: the system's trusted roots.
+  std::string ca_file;
   // Seconds to wait for each answer; unset: 10, or 60 for rebalance (which
   // waits on the coordination store for every entity type).
   std::optional<double> timeout_s;
@@ -89,10 +99,11 @@ int run_command_line(int argc, const char* const* argv, std::ostream& out, std::
 // --- building blocks, exposed for the tests ------------------------------------------
 namespace detail {
 
-// A parsed --node URL. Only plain http: the admin API has no TLS.
+// A parsed --node URL: http:// or https://.
 struct NodeUrl {
   std::string host;  // without brackets for IPv6
-  std::uint16_t port = 80;
+  std::uint16_t port = 80;  // 443 for https
+  bool tls = false;         // https://
   std::string prefix;  // a path the admin API is mounted under, without the trailing '/'; often empty
 };
 // invalid_argument naming what is wrong (scheme, port, host).

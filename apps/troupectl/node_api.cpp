@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "json_fields.hpp"
 #include "troupe/net/http.hpp"
@@ -52,11 +54,23 @@ std::string reason_of(const Error& e, const std::string& where) {
 
 }  // namespace
 
-Outcome<NodeApi> NodeApi::at(std::string url, double timeout_s) {
+Outcome<NodeApi> NodeApi::at(std::string url, double timeout_s, const Options& o) {
   while (url.size() > 1 && url.back() == '/') url.pop_back();
   auto parsed = parse_node_url(url);
   if (!parsed.ok()) return usage(parsed.error().message());
-  return NodeApi(std::move(url), std::move(*parsed), timeout_s);
+  return NodeApi(std::move(url), std::move(*parsed), timeout_s, o.token, o.ca_file);
+}
+
+Outcome<std::string> read_token_file(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream all;
+  if (in) all << in.rdbuf();
+  if (!in || in.bad()) return usage("--token-file: cannot read " + file);
+  const std::string text = all.str();
+  constexpr const char* kSpace = " \t\r\n\f\v";
+  const auto b = text.find_first_not_of(kSpace);
+  if (b == std::string::npos) return usage("--token-file: " + file + " holds no token");
+  return text.substr(b, text.find_last_not_of(kSpace) - b + 1);
 }
 
 Outcome<StatusAnswer> NodeApi::status_of(std::string method, const std::string& path) const {
@@ -67,6 +81,8 @@ Outcome<StatusAnswer> NodeApi::status_of(std::string method, const std::string& 
   cs.max_connections = 1;
   cs.request_timeout = timeout;
   cs.connect_timeout = std::min<Duration>(timeout, std::chrono::seconds(5));
+  cs.tls = parsed_.tls;
+  cs.tls_ca_file = ca_file_;
   const std::string where = http::authority(parsed_.host, parsed_.port);
   auto client = http::Client::create(cs);
   if (!client.ok()) return unreachable(reason_of(client.error(), where));
@@ -74,6 +90,7 @@ Outcome<StatusAnswer> NodeApi::status_of(std::string method, const std::string& 
   req.method = std::move(method);
   req.target = parsed_.prefix + path;
   req.headers.emplace_back("Accept", "application/json");
+  if (!token_.empty()) req.headers.emplace_back("Authorization", "Bearer " + token_);
   auto resp = (*client)->request_sync(std::move(req));
   if (!resp.ok()) {
     if (resp.error().code() == ErrorCode::timeout)
@@ -101,6 +118,11 @@ Failure NodeApi::unreachable(const std::string& why) const {
 
 Outcome<json> NodeApi::document(const StatusAnswer& r) const {
   const json& body = r.body;
+  if (r.status == 401)
+    return Failure{exit_unauthorized,
+                   token_.empty() ? "the node at " + url_ + " needs an admin token: give --token-file FILE or set TROUPE_TOKEN"
+                                  : "the node at " + url_ + " refused the admin token (HTTP 401): check --token-file or "
+                                                            "TROUPE_TOKEN against the node's [admin] token_file"};
   if (r.status >= 200 && r.status < 300) {
     if (body.is_discarded())
       return Failure{exit_node_error, "the node at " + url_ + " answered HTTP " + std::to_string(r.status) +
@@ -130,7 +152,7 @@ std::string reachable_admin(const json& member) {
   auto colon = address.rfind(':');
   if (address == "—" || colon == std::string::npos || colon == 0) return admin;
   std::string host = address.substr(0, colon);  // "[::1]" stays bracketed, as a URL wants it
-  return "http://" + host + ":" + std::to_string(parsed->port) + parsed->prefix;
+  return (parsed->tls ? "https://" : "http://") + host + ":" + std::to_string(parsed->port) + parsed->prefix;
 }
 
 }  // namespace troupe::ctl::detail

@@ -44,11 +44,14 @@ struct StatusAnswer {
 // connection, so calls from several threads are fine.
 class NodeApi {
  public:
-  NodeApi(std::string url, NodeUrl parsed, double timeout_s)
-      : url_(std::move(url)), parsed_(std::move(parsed)), timeout_s_(timeout_s) {}
+  NodeApi(std::string url, NodeUrl parsed, double timeout_s, std::string token, std::string ca_file)
+      : url_(std::move(url)), parsed_(std::move(parsed)), timeout_s_(timeout_s), token_(std::move(token)),
+        ca_file_(std::move(ca_file)) {}
 
   // The API at `url` (trailing '/' dropped); a bad URL is a usage Failure.
-  static Outcome<NodeApi> at(std::string url, double timeout_s);
+  // `o.token` is sent as a bearer token unless empty; `o.ca_file` is the
+  // CA of an https:// node.
+  static Outcome<NodeApi> at(std::string url, double timeout_s, const Options& o);
 
   const std::string& url() const noexcept { return url_; }
   double timeout_s() const noexcept { return timeout_s_; }
@@ -66,7 +69,13 @@ class NodeApi {
   std::string url_;
   NodeUrl parsed_;
   double timeout_s_;
+  std::string token_;
+  std::string ca_file_;
 };
+
+// The token in `file`, surrounding white space removed; a usage Failure
+// naming the file when it cannot be read or is empty.
+Outcome<std::string> read_token_file(const std::string& file);
 
 // The admin URL a member advertises (`members[].admin` of /api/overview),
 // usable from here: a node listening on every interface advertises 0.0.0.0

@@ -256,7 +256,7 @@ class NodeRestart {
 
   Outcome<std::string> run() {
     // Short looks, so that a node that hangs does not stall the watch.
-    auto api = NodeApi::at(t_.admin, std::min(o_.timeout_s.value_or(10.0), 2.0));
+    auto api = NodeApi::at(t_.admin, std::min(o_.timeout_s.value_or(10.0), 2.0), o_);
     if (auto* f = std::get_if<Failure>(&api)) return *f;
     const NodeApi& node = std::get<NodeApi>(api);
     const std::string command = restart_command(r_.restart, t_.id, t_.admin);
@@ -357,7 +357,7 @@ class NodeRestart {
   // The number of entity shards it was given; -1 when rebalancing waits
   // because the live members run more than one app version.
   Outcome<std::int64_t> rebalance() {
-    auto api = NodeApi::at(t_.admin, o_.timeout_s.value_or(60.0));
+    auto api = NodeApi::at(t_.admin, o_.timeout_s.value_or(60.0), o_);
     if (auto* f = std::get_if<Failure>(&api)) return *f;
     const NodeApi& node = std::get<NodeApi>(api);
     auto ov = node.call("GET", "/api/overview");

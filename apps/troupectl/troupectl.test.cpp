@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "../../src/cluster/redis/redis_test_server.hpp"
+#include "../../src/net/http/test_pki.hpp"
 #include "../../src/node/tally_test_entity.hpp"
 #include "commands.hpp"
 #include "run_tool.test.hpp"
@@ -587,6 +589,73 @@ TEST_F(TroupectlTest, TheNodeUrlComesFromTroupeNodeUnlessTheFlagGivesOne) {
   EXPECT_EQ(flag_wins.code, 0) << flag_wins.err;
 }
 
+TEST(TroupectlToken, ANodeWantingATokenGetsItFromTheFileOrTroupeTokenAndA401ExitsThree) {
+  auto dir = std::filesystem::temp_directory_path() / ("troupectl-token-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto token = dir / "token";
+  std::ofstream(token) << "sesame-42\n";
+  const auto wrong = dir / "wrong";
+  std::ofstream(wrong) << "sesame-41\n";
+  auto cfg = NodeConfig::parse("[node]\nid = \"n1\"\ndata_dir = \"" + dir.string() + "\"\n[admin]\nport = 0\ntoken_file = \"" +
+                                   token.string() + "\"\n[journal]\nbackend = \"memory\"\n",
+                               "t.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+  auto n = Node::start(std::move(*cfg));
+  ASSERT_TRUE(n.ok()) << n.error().to_string();
+  const std::string url = "http://127.0.0.1:" + std::to_string((*n)->admin_port());
+
+  auto none = troupectl({"--node", url, "drain"});
+  EXPECT_EQ(none.code, ctl::exit_unauthorized);
+  EXPECT_EQ(none.err, "troupectl: the node at " + url +
+                          " needs an admin token: give --token-file FILE or set TROUPE_TOKEN\n");
+  auto refused = troupectl({"--node", url, "--token-file", wrong.string(), "status"});
+  EXPECT_EQ(refused.code, ctl::exit_unauthorized);
+  EXPECT_NE(refused.err.find("refused the admin token"), std::string::npos) << refused.err;
+  auto missing = troupectl({"--node", url, "--token-file", (dir / "absent").string(), "status"});
+  EXPECT_EQ(missing.code, ctl::exit_unreachable_or_usage);
+  EXPECT_EQ(missing.err, "troupectl: --token-file: cannot read " + (dir / "absent").string() + "\n");
+  EXPECT_FALSE((*n)->draining()) << "nothing was done without the token";
+
+  ASSERT_EQ(::setenv("TROUPE_TOKEN", "sesame-42", 1), 0);
+  auto from_env = troupectl({"--node", url, "status", "--json"});
+  auto file_wins = troupectl({"--node", url, "--token-file", wrong.string(), "status"});
+  ::unsetenv("TROUPE_TOKEN");
+  EXPECT_EQ(from_env.code, 0) << from_env.err;
+  EXPECT_EQ(file_wins.code, ctl::exit_unauthorized) << "--token-file wins over TROUPE_TOKEN";
+
+  auto drained = troupectl({"--node", url, "--token-file", token.string(), "drain"});
+  EXPECT_EQ(drained.code, 0) << drained.err;
+  EXPECT_TRUE((*n)->draining());
+  n->reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TroupectlToken, AnHttpsNodeIsReachedWithItsCaAndRefusedWithoutIt) {
+  const auto& pki = troupe::http::testing::Pki::get();
+  ASSERT_TRUE(pki.ok) << "openssl could not make the test certificates";
+  auto dir = std::filesystem::temp_directory_path() / ("troupectl-tls-" + std::to_string(::getpid()));
+  auto cfg = NodeConfig::parse("[node]\nid = \"n1\"\ndata_dir = \"" + dir.string() + "\"\n[admin]\nport = 0\n" +
+                                   "[admin.tls]\ncert = \"" + (pki / "server.crt").string() + "\"\nkey = \"" +
+                                   (pki / "server.key").string() + "\"\n[journal]\nbackend = \"memory\"\n",
+                               "t.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.error().to_string();
+  auto n = Node::start(std::move(*cfg));
+  ASSERT_TRUE(n.ok()) << n.error().to_string();
+  const std::string port = std::to_string((*n)->admin_port());
+  auto ok = troupectl({"--node", "https://127.0.0.1:" + port, "--ca", (pki / "ca-a.crt").string(), "members", "--json"});
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(json::parse(ok.out, nullptr, false)["node"], "n1");
+  auto by_name = troupectl({"--node", "https://localhost:" + port, "--ca", (pki / "ca-a.crt").string(), "status"});
+  EXPECT_EQ(by_name.code, 0) << by_name.err;
+  auto other_ca = troupectl({"--node", "https://127.0.0.1:" + port, "--ca", (pki / "ca-b.crt").string(), "status"});
+  EXPECT_EQ(other_ca.code, ctl::exit_unreachable_or_usage);
+  EXPECT_NE(other_ca.err.find("certificate verify failed"), std::string::npos) << other_ca.err;
+  auto plain = troupectl({"--node", "http://127.0.0.1:" + port, "status"});
+  EXPECT_NE(plain.code, 0) << "plain HTTP to the HTTPS port";
+  n->reset();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TroupectlUsage, BadUsageExitsTwoWithTheParsersMessage) {
   auto none = troupectl({});
   EXPECT_EQ(none.code, 2);
@@ -605,12 +674,9 @@ TEST(TroupectlUsage, BadUsageExitsTwoWithTheParsersMessage) {
   EXPECT_EQ(negative.code, 2);
   EXPECT_NE(negative.err.find("timeout-s"), std::string::npos) << negative.err;
 
-  auto tls = troupectl({"--node", "https://n1:8081", "status"});
-  EXPECT_EQ(tls.code, 2);
-  EXPECT_EQ(
-      tls.err,
-      "troupectl: --node 'https://n1:8081': only http:// is supported (the admin API has no TLS; put a proxy "
-      "in front for that)\n");
+  auto ftp = troupectl({"--node", "ftp://n1:8081", "status"});
+  EXPECT_EQ(ftp.code, 2);
+  EXPECT_EQ(ftp.err, "troupectl: --node 'ftp://n1:8081': only http:// and https:// are supported\n");
 }
 
 TEST(TroupectlUsage, HelpAndVersionExitZero) {
@@ -652,6 +718,15 @@ TEST(TroupectlParts, NodeUrlsGiveHostPortAndPrefix) {
   auto default_port = parse_node_url("http://node-a");
   ASSERT_TRUE(default_port.ok());
   EXPECT_EQ(default_port->port, 80);
+  EXPECT_FALSE(default_port->tls);
+  auto secure = parse_node_url("https://node-a");
+  ASSERT_TRUE(secure.ok());
+  EXPECT_TRUE(secure->tls);
+  EXPECT_EQ(secure->port, 443);
+  auto secure_port = parse_node_url("https://node-a:8443/p");
+  ASSERT_TRUE(secure_port.ok());
+  EXPECT_EQ(secure_port->port, 8443);
+  EXPECT_EQ(secure_port->prefix, "/p");
   EXPECT_FALSE(parse_node_url("127.0.0.1:8081").ok());
   EXPECT_FALSE(parse_node_url("http://:8081").ok());
   EXPECT_FALSE(parse_node_url("http://h:0").ok());

@@ -43,9 +43,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*node)->mark_ready();
-  std::printf("payment_service %s: payments on http://%s:%u, dashboard on http://%s:%u/\n",
+  std::printf("payment_service %s: payments on http://%s:%u, dashboard on %s://%s:%u/\n",
               config->id.c_str(), settings->host.c_str(), static_cast<unsigned>((*service)->port()),
-              config->admin.host.c_str(), static_cast<unsigned>((*node)->admin_port()));
+              config->admin.tls() ? "https" : "http", config->admin.host.c_str(),
+              static_cast<unsigned>((*node)->admin_port()));
   std::fflush(stdout);
   (*node)->wait_for_stop_signal();
   (*service)->stop();

@@ -1,20 +1,28 @@
-// http:// URLs: see troupe/net/url.hpp.
+// http:// and https:// URLs: see troupe/net/url.hpp.
 
 #include "troupe/net/url.hpp"
 
 namespace troupe::http {
 
-Result<Url> parse_url(std::string_view url) {
+Result<Url> parse_url(std::string_view url, bool https_too) {
   auto bad = [](std::string why) { return Error(ErrorCode::invalid_argument, std::move(why)); };
-  constexpr std::string_view scheme = "http://";
-  if (url.substr(0, scheme.size()) != scheme) {
-    if (url.find("://") != std::string_view::npos) return bad("only http:// is supported");
-    return bad("expected http://host[:port][/path]");
+  constexpr std::string_view plain = "http://";
+  constexpr std::string_view secure = "https://";
+  Url out;
+  std::string_view rest;
+  if (url.substr(0, plain.size()) == plain) {
+    rest = url.substr(plain.size());
+  } else if (https_too && url.substr(0, secure.size()) == secure) {
+    rest = url.substr(secure.size());
+    out.tls = true;
+    out.port = 443;
+  } else {
+    if (url.find("://") != std::string_view::npos)
+      return bad(https_too ? "only http:// and https:// are supported" : "only http:// is supported");
+    return bad(https_too ? "expected http[s]://host[:port][/path]" : "expected http://host[:port][/path]");
   }
-  std::string_view rest = url.substr(scheme.size());
   const std::size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
-  Url out;
   if (slash != std::string_view::npos) {
     out.target = std::string(rest.substr(slash));
     out.has_path = true;

@@ -66,6 +66,25 @@ TEST(HttpUrl, RefusesEachMalformedUrlWithItsReason) {
   }
 }
 
+TEST(HttpUrl, HttpsOnlyWhereTheCallerTakesIt) {
+  auto https = parse_url("https://example.com/x", /*https_too=*/true);
+  ASSERT_TRUE(https.ok());
+  EXPECT_TRUE(https->tls);
+  EXPECT_EQ(https->port, 443);
+  EXPECT_EQ(https->target, "/x");
+  auto with_port = parse_url("https://[::1]:8443", true);
+  ASSERT_TRUE(with_port.ok());
+  EXPECT_EQ(with_port->port, 8443);
+  auto plain = parse_url("http://example.com", true);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->tls);
+  EXPECT_EQ(plain->port, 80);
+  auto other = parse_url("ftp://example.com", true);
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.error().message(), "only http:// and https:// are supported");
+  EXPECT_FALSE(parse_url("https://example.com").ok()) << "not without https_too";
+}
+
 TEST(HttpUrl, AuthorityBracketsIpv6Literals) {
   EXPECT_EQ(troupe::http::authority("127.0.0.1", 80), "127.0.0.1:80");
   EXPECT_EQ(troupe::http::authority("::1", 9000), "[::1]:9000");

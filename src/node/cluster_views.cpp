@@ -140,7 +140,7 @@ nlohmann::json Node::overview() const {
       }
       continue;
     }
-    m["admin"] = "http://" + config_.admin.host + ":" + std::to_string(admin_port());
+    m["admin"] = (config_.admin.tls() ? "https://" : "http://") + config_.admin.host + ":" + std::to_string(admin_port());
     m["shards"] = hosted;
     m["entities_active"] = active;
     m["mailbox_depth"] = sys.mailbox_depth;

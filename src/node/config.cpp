@@ -226,13 +226,8 @@ Result<NodeConfig> NodeConfig::parse(std::string_view text, std::string origin,
   }
   {
     TROUPE_TRY(t, table_of("admin"));
-    ConfigReader r(t, "admin");
-    TROUPE_TRY(host, r.string("host", c.admin.host));
-    if (host.empty()) return fail(bad("admin.host: empty"));
-    c.admin.host = host;
-    TROUPE_TRY(port, r.integer("port", c.admin.port, 0, 65535));
-    c.admin.port = static_cast<std::uint16_t>(port);
-    if (auto f = r.finish(); !f.ok()) return fail(std::move(f).error());
+    TROUPE_TRY(admin, detail::parse_admin(t));
+    c.admin = std::move(admin);
   }
   {
     TROUPE_TRY(t, table_of("journal"));

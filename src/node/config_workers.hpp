@@ -1,5 +1,5 @@
 #pragma once
-// Parsing of the node's roles, [[workers]] and [log] tables, for config.cpp.
+// Parsing of the node's roles, [[workers]], [log] and [admin] tables, for config.cpp.
 // Private to the node.
 
 #include <string>
@@ -23,5 +23,9 @@ Result<std::vector<WorkerGroupConfig>> parse_worker_groups(const toml::node* n);
 // The [log] table (`n` may be null: the defaults). Errors name the setting
 // ("log.level: ...", "log.levels.clusterr: unknown component").
 Result<LogConfig> parse_log(const toml::node* n);
+
+// The [admin] table (`t` may be null: the defaults; config_admin.cpp).
+// A token_file that cannot be read or holds no token is an error.
+Result<AdminConfig> parse_admin(const toml::table* t);
 
 }  // namespace troupe::node::detail

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "admin_auth.hpp"
+#include "dashboard/assets.hpp"
 #include "node_impl.hpp"
 
 namespace troupe::node {
@@ -58,6 +60,12 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config, WorkerTypes workers
   // The log facade is process-wide: the node's [log] applies to every line
   // the process writes from here on, the application's included.
   if (auto l = log::configure(c.log_config()); !l.ok()) return Error(l.error().code(), "log.file: " + l.error().message());
+  // The admin port alone may hold admin.max_connections sockets: the soft
+  // limit on open files (often 1024) goes up to the hard one.
+  if (struct rlimit files {}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    (void)::setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   SystemConfig sc;
   sc.threads = c.threads;
@@ -158,13 +166,39 @@ Result<std::unique_ptr<Node>> Node::start(NodeConfig config, WorkerTypes workers
   http::ServerSettings hs;
   hs.host = c.admin.host;
   hs.port = c.admin.port;
+  hs.max_connections = c.admin.max_connections;
+  hs.max_connections_per_address = c.admin.max_connections_per_address;
+  hs.idle_timeout = c.admin.idle_timeout;
+  hs.request_read_timeout = c.admin.request_read_timeout;
+  hs.tls_cert_file = c.admin.tls_cert.string();
+  hs.tls_key_file = c.admin.tls_key.string();
+  hs.tls_handshake_timeout = c.admin.tls_handshake_timeout;
   if (impl->workers) hs.max_body_bytes = std::max(hs.max_body_bytes, impl->workers->max_body_bytes());
-  auto server = http::Server::start(hs, impl->routes());
+  http::Router admin_routes = impl->routes();
+  if (!c.admin.token_file.empty()) {
+    auto token = detail::AdminToken::open(c.admin.token_file);
+    if (!token.ok()) {
+      if (impl->workers) impl->workers->stop();
+      node->cluster_.reset();
+      node->system_->shutdown();
+      return std::move(token).error();
+    }
+    std::vector<std::string> page;  // the dashboard's files: no data in them
+    for (const auto& a : detail::dashboard_assets()) page.emplace_back(a.path);
+    admin_routes.guard(detail::admin_guard(std::move(*token), c.admin.read_open, std::move(page)));
+  } else if (!detail::is_loopback(c.admin.host)) {
+    log::warn(log::Component::node,
+              "the admin API listens beyond this machine without a token: anyone who reaches it may drain the "
+              "node, rebalance the cluster and read entity state; set [admin] token_file",
+              {{"host", c.admin.host}});
+  }
+  auto server = http::Server::start(hs, std::move(admin_routes));
   if (!server.ok()) {
     if (impl->workers) impl->workers->stop();
     node->cluster_.reset();
     node->system_->shutdown();
-    return Error(server.error().code(), "admin.port: " + server.error().message());
+    const std::string& why = server.error().message();
+    return Error(server.error().code(), (why.rfind("TLS", 0) == 0 ? "admin.tls: " : "admin.port: ") + why);
   }
   impl->admin = std::move(*server);
   impl->sampler = std::thread([impl] { impl->run_sampler(); });

@@ -72,6 +72,19 @@ void Node::Impl::collect(MetricsWriter& w) const {
   w.counter("troupe_mailbox_overflows_total", "Messages refused by a full bounded mailbox.").set(node_label, d(sys.mailbox_overflows));
   w.counter("troupe_handler_failures_total", "Message handlers that threw.").set(node_label, d(sys.handler_failures));
   w.gauge("troupe_timers_pending", "Timers waiting to fire.").set(node_label, d(sys.timers_pending));
+  if (admin) {  // the admin port's own defences (doc/node.md, "Limits")
+    const http::ServerStats a = admin->stats();
+    w.gauge("troupe_admin_connections", "Connections open on the admin port.").set(node_label, d(a.connections_open));
+    auto& refused = w.counter("troupe_admin_connections_refused_total",
+                              "Admin port connections closed at once: over max_connections (limit=total) or "
+                              "max_connections_per_address (limit=per_address).");
+    refused.set(with({{"limit", "total"}}), d(a.connections_refused));
+    refused.set(with({{"limit", "per_address"}}), d(a.connections_refused_per_address));
+    w.counter("troupe_admin_timeouts_total", "Admin port connections closed by a read, idle or TLS handshake time limit.")
+        .set(node_label, d(a.timeouts));
+    w.counter("troupe_admin_tls_handshakes_failed_total", "Admin port TLS handshakes that failed or timed out.")
+        .set(node_label, d(a.tls_handshakes_failed));
+  }
 
   std::vector<EntityTypeView> ts;
   std::vector<std::pair<std::string, KeyedLock>> ls;

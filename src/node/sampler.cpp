@@ -111,7 +111,7 @@ void Node::Impl::report_load() {
   }
   NodeLoad load;
   load.node = node->config_.id;
-  load.admin = "http://" + node->config_.admin.host + ":" + std::to_string(node->admin_port());
+  load.admin = (node->config_.admin.tls() ? "https://" : "http://") + node->config_.admin.host + ":" + std::to_string(node->admin_port());
   load.mailbox_depth = node->system_->stats().mailbox_depth;
   load.draining = draining.load();
   {

@@ -35,7 +35,9 @@
 //       431  a header block over max_header_bytes (or over 100 fields)
 //       501  a Transfer-Encoding other than "chunked" (chunked is decoded)
 //       505  an HTTP version other than 1.0 and 1.1
-//     A connection past max_connections gets a 503 and is closed at once.
+//     A connection past max_connections, or past max_connections_per_address
+//     from its remote address, gets a 503 and is closed at once (on a TLS
+//     port: closed at once).
 //     A request without Content-Length or Transfer-Encoding has no body
 //     (RFC 9112 6.3). HTTP/1.0 closes after the response unless it asks for
 //     keep-alive; "Connection: close" is honoured both ways. A request with
@@ -174,6 +176,13 @@ class Router {
   // parameter name, or a (method, pattern) already added.
   Router& add(std::string method, std::string pattern, Handler handler);
 
+  // Runs before each request is routed, unknown paths included: a Response
+  // it returns is sent instead and no handler runs (a 401 for a request
+  // without credentials, say); nullopt routes the request. One guard; a
+  // later call replaces it. Runs on an io thread: must not block.
+  using Guard = std::function<std::optional<Response>(const Request&)>;
+  Router& guard(Guard check);
+
   // Routes one request (what the server does for each). Answers 404/405/400
   // itself when no handler applies.
   void dispatch(Request& request, Responder responder) const;
@@ -188,6 +197,7 @@ class Router {
   std::optional<Match> match(std::string_view raw_path, std::vector<std::string>& segments,
                              bool& bad_escape) const;
   std::vector<std::shared_ptr<const Route>> routes_;
+  Guard guard_;
 };
 
 // --- server ------------------------------------------------------------------------
@@ -202,6 +212,9 @@ struct ServerSettings {
   std::size_t max_body_bytes = 1u << 20;
   // Connections past this get a 503 and are closed at once.
   std::size_t max_connections = 4096;
+  // Connections open from one remote address; past it a new one from
+  // there gets a 503 and is closed at once. 0: no limit of its own.
+  std::size_t max_connections_per_address = 0;
   // A connection on which the server waits for the client (no request being
   // handled) and nothing arrives for this long is closed; a partial request
   // gets a 408 first. A response the client does not read for this long
@@ -216,6 +229,15 @@ struct ServerSettings {
   // stop(): how long connections with unanswered requests may take to get
   // their answers out before they are aborted.
   Duration drain_timeout = std::chrono::seconds(2);
+  // TLS: PEM files of the server's certificate chain and private key. Both
+  // set: the port speaks HTTPS only (TLS 1.2 or newer), and the files are
+  // read again when they change (looked at no more than once a second, as
+  // connections arrive; one that does not load keeps the last). Both
+  // empty: plain HTTP. One without the other is an error.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // A TLS handshake not done within this from the accept is closed.
+  Duration tls_handshake_timeout = std::chrono::seconds(10);
   // Where the server's log lines go (bad input, handler exceptions, accept
   // failures), one line per call, from any io thread: must be thread-safe.
   // Default: the log facade (warn, component net, troupe/core/log.hpp).
@@ -226,11 +248,13 @@ struct ServerSettings {
 struct ServerStats {
   std::uint64_t connections_accepted = 0;
   std::uint64_t connections_refused = 0;  // over max_connections: 503 and closed
+  std::uint64_t connections_refused_per_address = 0;  // over max_connections_per_address: 503 and closed
   std::uint64_t connections_open = 0;     // now
   std::uint64_t requests = 0;             // handed to the router
   std::uint64_t responses = 0;            // handed to the socket in order, error responses included
   std::uint64_t bad_requests = 0;         // connections closed for bad input (4xx/5xx from the parser)
-  std::uint64_t timeouts = 0;             // connections closed by idle_timeout or request_read_timeout
+  std::uint64_t timeouts = 0;             // connections closed by idle_timeout, request_read_timeout or tls_handshake_timeout
+  std::uint64_t tls_handshakes_failed = 0;  // TLS connections closed before their handshake was done (timeouts included)
   std::uint64_t handler_exceptions = 0;   // handlers that threw (answered 500)
   std::uint64_t responders_dropped = 0;   // responders destroyed unanswered (answered 500)
   std::uint64_t bytes_received = 0;
@@ -287,6 +311,14 @@ struct ClientSettings {
   std::size_t max_response_header_bytes = 64u << 10;
   std::size_t max_response_body_bytes = 64u << 20;
   int io_threads = 1;
+  // HTTPS: TLS 1.2 or newer; the server's certificate must chain to
+  // tls_ca_file (PEM; empty: the system's trusted roots) and name `host`
+  // (a DNS name in its subjectAltName, or the IP address when host is
+  // one), or tls_server_name when that is set. The handshake counts
+  // against connect_timeout.
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_server_name;
 };
 
 // A snapshot of the client's counters, all since create().
@@ -318,7 +350,8 @@ struct ClientRequest {
 // reused connection that the server had meanwhile closed is retried once on
 // a new one; other methods fail instead (they may have been executed).
 // Errors handed to done: unreachable (connection refused, no connection
-// within connect_timeout, connection lost before the response), timeout
+// within connect_timeout, a TLS handshake that failed, the server's
+// certificate refused, connection lost before the response), timeout
 // (request_timeout), protocol_error (a malformed response), buffer_overflow
 // (queue full), invalid_argument (a method, target or header that is not
 // valid HTTP), shutting_down (after close()).

@@ -1,5 +1,5 @@
 #pragma once
-// Plain http:// URLs as troupe's programs take them on their command lines
+// http:// URLs (and https:// where asked) as troupe's programs take them on their command lines
 // and in their configuration: http://host[:port][/path][?query], the host a
 // name, an IPv4 address or an [IPv6] literal. The one parser every layer
 // uses (desired-set sources, troupectl, the payment load generator), so
@@ -21,16 +21,19 @@ namespace troupe::http {
 // One parsed URL; a plain value.
 struct Url {
   std::string host;          // without the brackets of an IPv6 literal
-  std::uint16_t port = 80;   // 80 when the URL names none
+  std::uint16_t port = 80;   // 80 when the URL names none (443 for https)
   std::string target = "/";  // path and query (and fragment) as written; "/" when absent
   bool has_path = false;     // the URL had something after the authority, even just "/"
+  bool tls = false;          // https:// (only with parse_url's https_too)
 };
 
 // invalid_argument with the reason (not naming the URL: callers say where
 // it came from) for anything but http://host[:port][/...]: another or no
 // scheme, user information ("user@"), no host, an unclosed '[' or junk
-// after ']', a port that is not a number from 1 to 65535.
-Result<Url> parse_url(std::string_view url);
+// after ']', a port that is not a number from 1 to 65535. With `https_too`,
+// https://host[:port][/...] too (for callers that set ClientSettings::tls
+// from Url::tls).
+Result<Url> parse_url(std::string_view url, bool https_too = false);
 
 // "host:port", the host bracketed when it is an IPv6 literal: what messages
 // and the Host header show.

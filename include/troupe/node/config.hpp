@@ -13,6 +13,11 @@
 //   [admin]                       # the admin HTTP API and the dashboard
 //   host = "127.0.0.1"
 //   port = 8081                   # 0 = any free port
+//   token_file = ""               # a bearer token every route but /health needs
+//   read_open = false             # with token_file: GETs need no token
+//   max_connections = 1024        # and per address: max_connections_per_address = 64
+//   [admin.tls]                   # absent: plain HTTP
+//   cert = "admin.crt"            # PEM, with key = "admin.key"
 //
 //   [journal]
 //   backend = "sqlite"            # sqlite | postgres | memory
@@ -114,9 +119,28 @@ class ConfigReader {
   std::set<std::string, std::less<>> read_;
 };
 
+// The admin API's [admin] table (doc/node.md, "Admin API security" and
+// "Limits"). Plain value.
 struct AdminConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 8081;
+  // A file holding the bearer token (surrounding white space ignored), read
+  // again when it changes. Empty: no token, every route is open to whoever
+  // reaches the port. Must be readable and not empty when set.
+  std::filesystem::path token_file;
+  bool read_open = false;  // with token_file: GET and HEAD need no token
+  // [admin.tls]: PEM files of the admin API's certificate chain and key;
+  // both set = the admin port speaks HTTPS only, and the files are read
+  // again when they change.
+  std::filesystem::path tls_cert;
+  std::filesystem::path tls_key;
+  std::chrono::milliseconds tls_handshake_timeout{10'000};
+  bool tls() const noexcept { return !tls_cert.empty(); }
+  // Limits on the admin port (http::ServerSettings).
+  std::size_t max_connections = 1024;
+  std::size_t max_connections_per_address = 64;
+  std::chrono::milliseconds idle_timeout{60'000};
+  std::chrono::milliseconds request_read_timeout{10'000};
 };
 
 struct JournalConfig {

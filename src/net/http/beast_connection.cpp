@@ -19,15 +19,37 @@ constexpr std::size_t kReadRoom = 8u << 10;
 
 void ServerConnection::start() {
   beast::error_code ignored;
-  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.tcp().set_option(asio::ip::tcp::no_delay(true), ignored);
   last_activity_ = Clock::now();
   arm(last_activity_ + tick());
-  read();
+  if (socket_.tls())
+    handshake();
+  else
+    read();
+}
+
+// TLS: the handshake first, within tls_handshake_timeout (on_timer).
+void ServerConnection::handshake() {
+  handshaking_ = true;
+  socket_.tls_stream().async_handshake(ssl::stream_base::server, [self = shared_from_this()](const beast::error_code& ec) {
+    if (self->closed_) return;
+    self->handshaking_ = false;
+    if (ec) {
+      bump(self->s_->c.tls_failed);
+      if (log::enabled(log::Component::net, log::Level::debug))
+        log::debug(log::Component::net, "TLS handshake failed",
+                   {{"remote", self->remote()}, {"reason", tls_reason(ec)}});
+      self->close();
+      return;
+    }
+    self->last_activity_ = Clock::now();
+    self->read();
+  });
 }
 
 std::string ServerConnection::remote() const {
   beast::error_code ec;
-  const auto ep = socket_.remote_endpoint(ec);
+  const auto ep = socket_.tcp().remote_endpoint(ec);
   if (ec) return "a closed connection";
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
@@ -269,7 +291,7 @@ void ServerConnection::start_write() {
 void ServerConnection::finish_and_linger() {
   if (lingering_ || closed_) return;
   beast::error_code ignored;
-  socket_.shutdown(asio::socket_base::shutdown_send, ignored);
+  socket_.tcp().shutdown(asio::socket_base::shutdown_send, ignored);
   if (draining_) {
     close();
     return;
@@ -293,7 +315,7 @@ void ServerConnection::finish_and_linger() {
   };
   if (reading_) {
     beast::error_code e;
-    socket_.cancel(e);
+    socket_.tcp().cancel(e);
   }
   (*drain_more)();
 }
@@ -304,10 +326,11 @@ void ServerConnection::close() {
   ++timer_gen_;
   timer_.cancel();
   beast::error_code ignored;
-  socket_.close(ignored);
+  socket_.tcp().close(ignored);
   slots_.clear();
   out_.clear();
   s_->c.open.fetch_sub(1, std::memory_order_relaxed);
+  release_address();
   loop_.live.erase(shared_from_this());
 }
 
@@ -328,10 +351,11 @@ void ServerConnection::drain() {
 void ServerConnection::abort() {
   if (closed_) return;
   s_->c.open.fetch_sub(1, std::memory_order_relaxed);
+  release_address();
   closed_ = true;
   timer_.cancel();
   beast::error_code ignored;
-  socket_.close(ignored);
+  socket_.tcp().close(ignored);
   slots_.clear();
   out_.clear();
 }
@@ -355,6 +379,17 @@ void ServerConnection::on_timer() {
   const auto now = Clock::now();
   const ServerSettings& st = s_->settings;
   Clock::time_point next = now + tick();
+  if (handshaking_) {
+    const auto due = last_activity_ + st.tls_handshake_timeout;  // last_activity_: the accept
+    if (now >= due) {
+      bump(s_->c.timeouts);
+      bump(s_->c.tls_failed);
+      close();
+      return;
+    }
+    arm(std::min(next, due));
+    return;
+  }
   if (writing_) {
     const auto due = write_started_ + st.idle_timeout;
     if (now >= due) {
@@ -396,7 +431,7 @@ void ServerConnection::timeout_request(std::string why) {
   reading_ = false;
   read_stopped_ = true;
   beast::error_code ignored;
-  socket_.cancel(ignored);
+  socket_.tcp().cancel(ignored);
   push_error(408, std::move(why));
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// Boost.Asio and Boost.Beast as troupe's HTTP code includes them: Boost
+// Boost.Asio (its OpenSSL stream too) and Boost.Beast as troupe's HTTP code includes them: Boost
 // 1.74's headers trip warnings troupe builds with as errors, so they are
 // silenced here, around the includes only. Also the short names the HTTP
 // files use. Internal to src/net/http/.
@@ -17,6 +17,7 @@
 #endif
 #include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without it under C++20
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #if defined(__GNUC__) && !defined(__clang__)

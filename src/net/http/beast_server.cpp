@@ -116,21 +116,50 @@ void Server::Impl::accept() {
                           });
 }
 
+namespace {
+// A 503 written without waiting (what fits in the socket's buffer), then
+// closed; on a TLS port closed only (the client expects a handshake).
+void refuse(detail::Socket& socket, bool tls) {
+  static const std::string kRefusal =
+      detail::to_wire(*detail::to_beast(Response::error(503, "unavailable", "too many connections"), 11, false, true, {}));
+  boost::system::error_code ignored;
+  if (tls) {
+    socket.close(ignored);
+    return;
+  }
+  socket.non_blocking(true, ignored);
+  socket.write_some(detail::asio::buffer(kRefusal), ignored);
+  socket.shutdown(detail::asio::socket_base::shutdown_send, ignored);
+  socket.close(ignored);
+}
+}  // namespace
+
 void Server::Impl::on_accept(const std::shared_ptr<detail::ServerLoop>& loop, detail::Socket socket) {
   detail::bump(s_->c.accepted);
   if (s_->c.open.load(std::memory_order_relaxed) >= s_->settings.max_connections) {
     detail::bump(s_->c.refused);
-    static const std::string kRefusal =
-        detail::to_wire(*detail::to_beast(Response::error(503, "unavailable", "too many connections"), 11, false, true, {}));
-    boost::system::error_code ignored;
-    socket.non_blocking(true, ignored);
-    socket.write_some(detail::asio::buffer(kRefusal), ignored);
-    socket.shutdown(detail::asio::socket_base::shutdown_send, ignored);
-    socket.close(ignored);
+    refuse(socket, s_->tls != nullptr);
     return;
   }
+  std::string address;
+  if (const std::size_t per = s_->settings.max_connections_per_address; per != 0) {
+    boost::system::error_code ec;
+    const auto ep = socket.remote_endpoint(ec);
+    if (ec) {  // already gone
+      socket.close(ec);
+      return;
+    }
+    address = ep.address().to_string();
+    if (!s_->per_address.take(address, per)) {
+      detail::bump(s_->c.refused_per_address);
+      refuse(socket, s_->tls != nullptr);
+      return;
+    }
+  }
   s_->c.open.fetch_add(1, std::memory_order_relaxed);
-  auto conn = std::make_shared<detail::ServerConnection>(s_, loop, std::move(socket));
+  detail::Stream stream = s_->tls ? detail::Stream(std::move(socket), s_->tls->current()) : detail::Stream(std::move(socket));
+  auto conn = std::make_shared<detail::ServerConnection>(s_, loop, std::move(stream));
+  conn->hold_address(std::move(address));
   detail::asio::post(loop->io, [this, lp = loop.get(), conn] {
     if (stopping_.load()) {
       conn->abort();

@@ -72,14 +72,17 @@ struct ServerLoop {
 // One accepted connection. io thread only.
 class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
  public:
-  ServerConnection(std::shared_ptr<Shared> shared, const std::shared_ptr<ServerLoop>& loop, Socket socket)
-      : s_(std::move(shared)), loop_(*loop), loop_ref_(loop), socket_(std::move(socket)), timer_(loop->io) {}
+  ServerConnection(std::shared_ptr<Shared> shared, const std::shared_ptr<ServerLoop>& loop, Stream stream)
+      : s_(std::move(shared)), loop_(*loop), loop_ref_(loop), socket_(std::move(stream)), timer_(loop->io) {}
 
   void start();
   bool complete(std::uint64_t seq, Response&& r);
   void dropped(std::uint64_t seq, bool unwinding);
   void drain();
   void abort();
+  // The remote address this connection counts against (per-address limit);
+  // released when it closes.
+  void hold_address(std::string address) { address_ = std::move(address); }
 
  private:
   struct Slot {
@@ -93,6 +96,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
     std::shared_ptr<BeastResponse> response;  // once done
   };
 
+  void handshake();
   void read();
   void on_read(const beast::error_code& ec, std::size_t n);
   bool parse();
@@ -106,6 +110,9 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   void start_write();
   void finish_and_linger();
   void close();
+  void release_address() {
+    if (!address_.empty()) s_->per_address.release(std::exchange(address_, {}));
+  }
   void arm(Clock::time_point at);
   void on_timer();
   void timeout_request(std::string why);
@@ -115,7 +122,7 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   std::shared_ptr<Shared> s_;
   ServerLoop& loop_;
   std::weak_ptr<ServerLoop> loop_ref_;
-  Socket socket_;
+  Stream socket_;  // TCP, or TLS over it
   asio::steady_timer timer_;
   std::uint64_t timer_gen_ = 0;
   // What has arrived and the parser has not taken yet. Only touched while
@@ -136,9 +143,11 @@ class ServerConnection : public std::enable_shared_from_this<ServerConnection> {
   bool lingering_ = false;
   bool closed_ = false;
   bool draining_ = false;
+  bool handshaking_ = false;  // TLS: the handshake is not done yet
   Clock::time_point last_activity_{};
   Clock::time_point request_started_{};
   Clock::time_point write_started_{};
+  std::string address_;  // empty: not counted per address
 };
 
 }  // namespace troupe::http::detail

@@ -331,6 +331,11 @@ Result<std::unique_ptr<Client>> Client::create(ClientSettings settings) {
 
   auto shared = std::make_unique<detail::ClientShared>();
   shared->where = authority(settings.host, settings.port);
+  if (settings.tls) {
+    auto ctx = detail::client_context(settings.tls_ca_file);
+    if (!ctx.ok()) return bad("client: " + ctx.error().message());
+    shared->tls = std::move(*ctx);
+  }
   {
     asio::io_context io;
     asio::ip::tcp::resolver resolver(io);

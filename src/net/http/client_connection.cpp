@@ -6,6 +6,8 @@
 
 #include "client_parts.hpp"
 
+#include <openssl/x509v3.h>
+
 namespace troupe::http::detail {
 
 namespace {
@@ -17,35 +19,67 @@ constexpr std::size_t kKeepCapacity = 256u << 10;
 }  // namespace
 
 ClientConnection::ClientConnection(ClientLoop& loop, ClientShared& shared)
-    : loop_(loop), s_(shared), socket_(loop.io), timer_(loop.io) {}
+    : loop_(loop), s_(shared), socket_(Socket(loop.io)), timer_(loop.io) {}
 
 void ClientConnection::connect() {
   connect_deadline_ = deadline_in(s_.settings.connect_timeout);
   arm(connect_deadline_);
-  asio::async_connect(socket_, s_.endpoints,
+  asio::async_connect(socket_.tcp(), s_.endpoints,
                       [self = shared_from_this()](const beast::error_code& ec, const asio::ip::tcp::endpoint&) {
                         self->on_connected(ec);
                       });
 }
 
+void ClientConnection::connect_failed(std::string why) {
+  --loop_.connecting_;
+  count(s_.c.connect_failures);
+  state_ = State::closed;
+  beast::error_code ignored;
+  socket_.tcp().close(ignored);
+  ++timer_gen_;
+  timer_.cancel();
+  loop_.on_closed(shared_from_this());
+  loop_.on_connect_failed(why);
+}
+
 void ClientConnection::on_connected(const beast::error_code& ec) {
   if (state_ != State::connecting) return;  // timed out meanwhile, or shut down
-  --loop_.connecting_;
-  if (ec) {
-    count(s_.c.connect_failures);
-    state_ = State::closed;
-    beast::error_code ignored;
-    socket_.close(ignored);
-    ++timer_gen_;
-    timer_.cancel();
-    loop_.on_closed(shared_from_this());
-    loop_.on_connect_failed("cannot connect to " + s_.where + ": " + ec.message());
-    return;
-  }
-  count(s_.c.opened);
+  if (ec) return connect_failed("cannot connect to " + s_.where + ": " + ec.message());
   beast::error_code ignored;
   // A request goes out in one write; Nagle would only delay it.
-  socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
+  socket_.tcp().set_option(asio::ip::tcp::no_delay(true), ignored);
+  if (!s_.tls) return on_handshake({});
+  // TLS: the server's name for SNI and the certificate check, within what
+  // is left of connect_timeout.
+  socket_ = Stream(std::move(socket_.tcp()), s_.tls);
+  SSL* ssl = socket_.tls_stream().native_handle();
+  const std::string& name = s_.settings.tls_server_name.empty() ? s_.settings.host : s_.settings.tls_server_name;
+  boost::system::error_code not_ip;
+  (void)asio::ip::make_address(name, not_ip);
+  bool named = false;
+  if (!not_ip) {
+    named = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) == 1;
+  } else {
+    // SSL_set_tlsext_host_name, without its macro's C cast.
+    named = SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name, const_cast<char*>(name.c_str())) == 1 &&
+            SSL_set1_host(ssl, name.c_str()) == 1;
+  }
+  if (!named) return connect_failed("TLS to " + s_.where + ": cannot check the server's name '" + name + "'");
+  socket_.tls_stream().async_handshake(ssl::stream_base::client, [self = shared_from_this()](const beast::error_code& e) {
+    self->on_handshake(e);
+  });
+}
+
+void ClientConnection::on_handshake(const beast::error_code& ec) {
+  if (state_ != State::connecting) return;  // timed out meanwhile, or shut down
+  if (ec) {
+    std::string why = tls_reason(ec);
+    const long verify = SSL_get_verify_result(socket_.tls_stream().native_handle());
+    if (verify != X509_V_OK) why += ": " + std::string(X509_verify_cert_error_string(verify));
+    return connect_failed("TLS handshake with " + s_.where + " failed: " + why);
+  }
+  --loop_.connecting_;
+  count(s_.c.opened);
   state_ = State::idle;
   read();
   loop_.on_idle(shared_from_this());
@@ -204,7 +238,7 @@ void ClientConnection::close() {
   timer_armed_ = false;
   timer_.cancel();
   beast::error_code ignored;
-  socket_.close(ignored);
+  socket_.tcp().close(ignored);
   loop_.on_closed(shared_from_this());
 }
 

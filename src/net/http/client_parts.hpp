@@ -30,6 +30,7 @@
 #include "beast_headers.hpp"
 #include "beast_messages.hpp"
 #include "syntax.hpp"
+#include "tls.hpp"
 #include "troupe/net/http.hpp"
 
 namespace troupe::http::detail {
@@ -58,6 +59,7 @@ struct ClientShared {
   ClientSettings settings;
   std::string where;  // host:port, for messages and the Host header
   Endpoints endpoints;
+  TlsContext tls;  // null: plain HTTP
   ClientCounters c;
   std::atomic<std::size_t> outstanding{0};  // queued or in flight, over every loop
 };
@@ -89,6 +91,8 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection> {
 
  private:
   void on_connected(const beast::error_code& ec);
+  void on_handshake(const beast::error_code& ec);
+  void connect_failed(std::string why);
   void read();
   void on_read(const beast::error_code& ec, std::size_t n);
   void parse();
@@ -101,7 +105,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection> {
 
   ClientLoop& loop_;
   ClientShared& s_;
-  Socket socket_;
+  Stream socket_;  // TCP; TLS over it once connected, when the client speaks TLS
   asio::steady_timer timer_;
   std::uint64_t timer_gen_ = 0;
   bool timer_armed_ = false;

@@ -73,9 +73,19 @@ class LogSink {
 // A client socket that speaks whatever bytes a test gives it.
 class RawConn {
  public:
-  static std::unique_ptr<RawConn> connect(std::uint16_t port) {
+  // `from`: the local address to connect from ("127.0.0.2"); default: any.
+  static std::unique_ptr<RawConn> connect(std::uint16_t port, const char* from = nullptr) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return nullptr;
+    if (from) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &local.sin_addr);
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0) {
+        ::close(fd);
+        return nullptr;
+      }
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);

@@ -150,7 +150,18 @@ std::vector<std::string> Router::allowed(std::string_view path) const {
   return out;
 }
 
+Router& Router::guard(Guard check) {
+  guard_ = std::move(check);
+  return *this;
+}
+
 void Router::dispatch(Request& request, Responder responder) const {
+  if (guard_) {
+    if (auto refused = guard_(request)) {
+      responder.respond(std::move(*refused));
+      return;
+    }
+  }
   const std::optional<std::string_view> raw = detail::target_path(request.target);
   const std::string_view raw_path = raw ? *raw : std::string_view(request.path);
   std::vector<std::string> segments;

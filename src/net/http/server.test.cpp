@@ -63,6 +63,33 @@ TEST(HttpRouter, RoutesByMethodAndPatternWithPercentDecodedParameters) {
   EXPECT_EQ(body_of(client->request_sync("GET", "/"))["route"], "root");
 }
 
+TEST(HttpRouter, AGuardAnswersInsteadOfTheHandlerWhenItRefuses) {
+  Router router;
+  std::atomic<int> ran{0};
+  router.add("POST", "/act", [&ran](Request&, Responder r) {
+    ran.fetch_add(1);
+    r.respond(Response::json(200, "{}"));
+  });
+  router.add("GET", "/open", echo("open"));
+  router.guard([](const Request& req) -> std::optional<Response> {
+    if (req.path == "/open" || req.header("X-Key") == "yes") return std::nullopt;
+    return Response::error(401, "unauthorized", "no");
+  });
+  auto server = TestServer::start(std::move(router));
+  auto client = make_client(server.port());
+  EXPECT_EQ(client->request_sync("POST", "/act")->status, 401);
+  EXPECT_EQ(client->request_sync("GET", "/nowhere")->status, 401) << "unknown paths are guarded too";
+  EXPECT_EQ(ran.load(), 0) << "a refused request runs no handler";
+  EXPECT_EQ(client->request_sync("GET", "/open")->status, 200);
+  ClientRequest keyed;
+  keyed.method = "POST";
+  keyed.target = "/act";
+  keyed.headers = {{"X-Key", "yes"}};
+  auto ok = client->request_sync(std::move(keyed));
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(ran.load(), 1);
+}
+
 TEST(HttpRouter, PrefersALiteralSegmentOverAParameter) {
   Router router;
   router.add("GET", "/payments/{id}", echo("by-id"));
@@ -452,6 +479,40 @@ TEST(HttpServer, RefusesConnectionsOverTheLimitWith503) {
   EXPECT_EQ(server->stats().connections_refused, 1u);
   ASSERT_TRUE(a->write(get("/x")));
   EXPECT_TRUE(a->read_response()) << "the connections within the limit are served on";
+}
+
+TEST(HttpServer, RefusesConnectionsOverThePerAddressLimitAndServesOtherAddresses) {
+  Router router;
+  router.add("GET", "/x", [](Request&, Responder r) { r.respond(Response::text(200, "x")); });
+  ServerSettings settings;
+  settings.max_connections_per_address = 2;
+  auto server = TestServer::start(std::move(router), settings);
+  auto a = RawConn::connect(server.port(), "127.0.0.2");
+  auto b = RawConn::connect(server.port(), "127.0.0.2");
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->write(get("/x")) && b->write(get("/x")));
+  ASSERT_TRUE(a->read_response() && b->read_response());
+  auto c = RawConn::connect(server.port(), "127.0.0.2");
+  auto refused = c->read_response();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_TRUE(c->wait_closed()) << "closed at once";
+  EXPECT_EQ(server->stats().connections_refused_per_address, 1u);
+  EXPECT_EQ(server->stats().connections_refused, 0u);
+
+  auto other = RawConn::connect(server.port(), "127.0.0.1");
+  ASSERT_TRUE(other->write(get("/x")));
+  auto served = other->read_response();
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200) << "another address is not limited by the first one's connections";
+
+  a.reset();  // one closes: its address may connect again
+  ASSERT_TRUE(eventually([&] { return server->stats().connections_open == 2; }));
+  auto d = RawConn::connect(server.port(), "127.0.0.2");
+  ASSERT_TRUE(d->write(get("/x")));
+  auto again = d->read_response();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
 }
 
 TEST(HttpServer, RefusesAPortInUseNamingHostAndPort) {

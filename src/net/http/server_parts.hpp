@@ -16,10 +16,13 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "syntax.hpp"
+#include "tls.hpp"
 #include "troupe/core/log.hpp"
 #include "troupe/net/http.hpp"
 
@@ -51,7 +54,8 @@ inline std::string_view error_code_for(int status) noexcept {
 
 struct Counters {
   std::atomic<std::uint64_t> accepted{0}, refused{0}, open{0}, requests{0}, responses{0}, bad_requests{0};
-  std::atomic<std::uint64_t> timeouts{0}, handler_exceptions{0}, responders_dropped{0};
+  std::atomic<std::uint64_t> timeouts{0}, handler_exceptions{0}, responders_dropped{0}, refused_per_address{0};
+  std::atomic<std::uint64_t> tls_failed{0};
   std::atomic<std::uint64_t> bytes_received{0}, bytes_sent{0};
 };
 
@@ -65,11 +69,13 @@ inline ServerStats stats_of(const Counters& c) {
   ServerStats s;
   s.connections_accepted = v(c.accepted);
   s.connections_refused = v(c.refused);
+  s.connections_refused_per_address = v(c.refused_per_address);
   s.connections_open = v(c.open);
   s.requests = v(c.requests);
   s.responses = v(c.responses);
   s.bad_requests = v(c.bad_requests);
   s.timeouts = v(c.timeouts);
+  s.tls_handshakes_failed = v(c.tls_failed);
   s.handler_exceptions = v(c.handler_exceptions);
   s.responders_dropped = v(c.responders_dropped);
   s.bytes_received = v(c.bytes_received);
@@ -77,12 +83,38 @@ inline ServerStats stats_of(const Counters& c) {
   return s;
 }
 
+// Connections open per remote address (max_connections_per_address).
+// Thread safety: a mutex; touched once when a connection opens and once
+// when it closes.
+class AddressCounts {
+ public:
+  // Counts one more connection from `address` unless `limit` are open.
+  bool take(const std::string& address, std::size_t limit) {
+    std::lock_guard lk(mu_);
+    std::size_t& n = open_[address];
+    if (n >= limit) return false;
+    ++n;
+    return true;
+  }
+  void release(const std::string& address) {
+    std::lock_guard lk(mu_);
+    auto it = open_.find(address);
+    if (it != open_.end() && --it->second == 0) open_.erase(it);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::size_t> open_;
+};
+
 // What every connection of a server shares with it. Immutable after start
 // but for the counters.
 struct Shared {
   ServerSettings settings;
   Router router;
   Counters c;
+  AddressCounts per_address;
+  std::unique_ptr<TlsFiles> tls;  // null: plain HTTP
   Duration tick{};  // min(idle_timeout, request_read_timeout): how often a connection's timer looks
 
   void log(std::string_view line) const noexcept {
@@ -105,11 +137,22 @@ inline Result<std::shared_ptr<Shared>> make_shared_state(ServerSettings settings
   if (settings.idle_timeout <= Duration::zero() || settings.request_read_timeout <= Duration::zero())
     return bad("idle_timeout and request_read_timeout must be positive");
   if (settings.drain_timeout < Duration::zero()) return bad("drain_timeout must not be negative");
+  if (settings.tls_handshake_timeout <= Duration::zero()) return bad("tls_handshake_timeout must be positive");
+  if (settings.tls_cert_file.empty() != settings.tls_key_file.empty())
+    return bad("TLS needs both a certificate and a key file");
+  std::unique_ptr<TlsFiles> tls;
+  if (!settings.tls_cert_file.empty()) {
+    auto files = TlsFiles::open(settings.tls_cert_file, settings.tls_key_file);
+    if (!files.ok()) return std::move(files).error();
+    tls = std::move(*files);
+  }
   if (!settings.log) {
     settings.log = [](std::string_view line) { log::warn(log::Component::net, line); };
   }
   auto shared = std::make_shared<Shared>();
   shared->tick = std::min(settings.idle_timeout, settings.request_read_timeout);
+  if (tls) shared->tick = std::min(shared->tick, settings.tls_handshake_timeout);
+  shared->tls = std::move(tls);
   shared->settings = std::move(settings);
   shared->router = std::move(router);
   return shared;

@@ -1,5 +1,6 @@
 // The troupe node dashboard: polls GET api/overview once a second and draws
-// it; two actions (POST rebalance, GET entities/{type}/{id}).
+// it; two actions (POST rebalance, GET entities/{type}/{id}); asks for the
+// admin token when the node wants one.
 //
 // Plain JavaScript with no dependencies, because the node serves these files
 // from its own binary and must work on a machine with no route to a CDN.
@@ -30,6 +31,42 @@ const state = { errors: [], lastOk: 0, failures: 0, overview: null };
 window.troupeDashboard = state;
 window.addEventListener("error", (e) => state.errors.push(String(e.message)));
 
+// ---------------------------------------------------------------- admin token
+
+// A node with an [admin] token_file answers 401 without its token: the page
+// asks for it once (the form in index.html), keeps it in this tab's
+// sessionStorage and sends it with every request; a refused one asks again.
+const TOKEN_KEY = "troupe.adminToken";
+let waitingForToken = false;
+
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+function askForToken() {
+  const refused = sessionStorage.getItem(TOKEN_KEY) !== null;
+  sessionStorage.removeItem(TOKEN_KEY);
+  setText($("token-detail"), refused ? "The node refused the token given: enter the current one."
+                                     : "It is kept in this tab only.");
+  $("token-form").hidden = false;
+  if (!waitingForToken) $("token-input").focus();
+  waitingForToken = true;
+}
+
+$("token-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const token = $("token-input").value.trim();
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token-input").value = "";
+  $("token-form").hidden = true;
+  if (waitingForToken) {
+    waitingForToken = false;
+    poll();
+  }
+});
+
 // ---------------------------------------------------------------- polling
 
 function render(o) {
@@ -51,7 +88,9 @@ async function fetchJson(url, options = {}, timeoutMs = POLL_TIMEOUT_MS) {
   const abort = new AbortController();
   const timer = setTimeout(() => abort.abort(), timeoutMs);
   try {
-    const resp = await fetch(url, { cache: "no-store", ...options, signal: abort.signal });
+    const headers = { ...authHeaders(), ...(options.headers || {}) };
+    const resp = await fetch(url, { cache: "no-store", ...options, headers, signal: abort.signal });
+    if (resp.status === 401) askForToken();
     const text = await resp.text();
     let body = null;
     try { body = text ? JSON.parse(text) : null; } catch (_) { /* not JSON: report the text */ }
@@ -79,6 +118,8 @@ function errorText(r) {
 async function poll() {
   const started = performance.now();
   const r = await fetchJson("api/overview");
+  // Polling stops while the token form waits; submitting it polls again.
+  if (r.status === 401) return;
   if (r.ok && r.body && typeof r.body === "object") {
     state.overview = r.body;
     state.lastOk = Date.now();

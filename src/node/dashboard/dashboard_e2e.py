@@ -6,11 +6,14 @@ protocol, with nothing but the Python standard library (no selenium), so the
 test runs wherever the node's build runs. It opens the dashboard of a live
 node, waits for the panels to fill in, checks what they show (the health
 banner included: shown exactly when the node reports a failing service),
-presses Rebalance, looks up an entity and saves a screenshot.
+presses Rebalance, looks up an entity and saves a screenshot. With
+--token-file (a node with [admin] token_file) it first checks that the page
+asks for the token, asks again after a wrong one, and keeps the right one.
 
     dashboard_e2e.py --url http://127.0.0.1:8081/ --screenshot out.png \\
         --expect-node n1 [--expect-type payment] \\
-        [--lookup-type payment --lookup-id p-1] [--expect-members 1] [--timeout-s 60]
+        [--lookup-type payment --lookup-id p-1] [--expect-members 1] [--timeout-s 60] \\
+        [--token-file admin.token]
 
 Exit status: 0 when every check passed; 1 when one failed (what was expected
 and what was seen go to stderr, and the screenshot is saved as
@@ -211,11 +214,18 @@ class Waiter:
             time.sleep(interval)
 
 
+# The node's admin token (--token-file), for the test's own direct reads.
+TOKEN = None
+
+
 def fetch_overview(page_url):
     """The node's overview, read directly, to know what the page should show."""
     url = urllib.parse.urljoin(page_url, "api/overview")
+    req = urllib.request.Request(url)
+    if TOKEN:
+        req.add_header("Authorization", f"Bearer {TOKEN}")
     try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
+        with urllib.request.urlopen(req, timeout=5) as resp:
             return json.loads(resp.read())
     except (OSError, ValueError) as e:
         log(f"could not read {url} directly ({e}); shard check falls back to 'any cell'")
@@ -231,12 +241,43 @@ def run_checks(wd, args):
     log(f"open {args.url}")
     wd.get(args.url)
 
+    def token_form():
+        shown = wd.execute("const f = document.querySelector('[data-testid=\"token-form\"]');"
+                           " return f ? !f.hidden : null;")
+        detail = wd.find(testid("token-detail"))
+        return shown, wd.text(detail).strip() if detail else ""
+
+    def enter_token(token):
+        field, submit = wd.find(testid("token-input")), wd.find(testid("token-submit"))
+        if not (field and submit):
+            raise CheckFailed("the token form's input and button", "some are missing")
+        wd.clear(field)
+        wd.send_keys(field, token)
+        wd.click(submit)
+
+    if TOKEN:
+        # The node wants its token: the page asks, a wrong one is refused and
+        # asked for again, the right one is kept for the tab and sent along.
+        log("token: " + wait.until("the page asks for the admin token",
+                                   lambda: (token_form()[0] is True, f"token form {token_form()}")))
+        enter_token("wrong-" + TOKEN)
+        log("wrong token: " + wait.until(
+            "the page asks again, saying the token was refused",
+            lambda: (token_form()[0] is True and "refused" in token_form()[1], f"token form {token_form()}")))
+        enter_token(TOKEN)
+        kept = wd.execute("return sessionStorage.getItem('troupe.adminToken');")
+        if kept != TOKEN:
+            raise CheckFailed("the token kept in sessionStorage", repr(kept))
+
     # Header: the node's id, once the first overview has arrived.
     def header():
         e = wd.find(testid("node-id"))
         text = wd.text(e).strip() if e else "(no node-id element)"
         return text == node, f"node-id {text!r}"
     log("header: " + wait.until(f"header shows node id {node!r}", header))
+    shown, _ = token_form()
+    if shown:
+        raise CheckFailed("no token form once the page has its data", "the token form is shown")
 
     # Health: the red banner and the state badge say what the overview's
     # health says (read directly), no more and no less.
@@ -373,6 +414,7 @@ def parse_args(argv):
     p.add_argument("--lookup-id", help="entity id for the lookup form")
     p.add_argument("--expect-members", type=int, default=1, help="minimum member rows (default 1)")
     p.add_argument("--timeout-s", type=float, default=60, help="time for all checks together (default 60)")
+    p.add_argument("--token-file", help="the node's admin token file: the page must ask for the token")
     return p.parse_args(argv)
 
 
@@ -383,6 +425,10 @@ def failure_path(screenshot, ext):
 
 def main(argv):
     args = parse_args(argv)
+    global TOKEN
+    if args.token_file:
+        with open(args.token_file) as f:
+            TOKEN = f.read().strip()
     for binary in (CHROMIUM, CHROMEDRIVER):
         if not os.access(binary, os.X_OK):
             log(f"SKIP: {binary} is not installed")

@@ -2,7 +2,7 @@
 # The dashboard's end-to-end test against a real node: starts the simulated
 # gateway and one payment node (SQLite, free ports), settles some payments
 # through the payment API, then lets dashboard_e2e.py drive the dashboard
-# in headless Chromium. The screenshot is kept at $ARTIFACTS/dashboard.png.
+# in headless Chromium. The node has an admin token, which the page asks for. The screenshot is kept at $ARTIFACTS/dashboard.png.
 #
 # Usage: e2e.sh BIN_DIR ARTIFACTS_DIR
 # Exit: 0 pass, 1 fail, 77 skip (no chromium / chromedriver).
@@ -45,12 +45,15 @@ pids+=($!)
 wait_for "$work/gateway.log" "listening on" "${pids[-1]}"
 gw_port=$(sed -n 's#.*listening on http://[^:]*:\([0-9]*\).*#\1#p' "$work/gateway.log" | head -1)
 
+# The node wants an admin token: the page must ask for it.
+(umask 077 && echo "e2e-token-$RANDOM$RANDOM" >"$work/admin.token")
 cat >"$work/node.toml" <<EOF
 [node]
 id = "e2e-1"
 data_dir = "$work/data"
 [admin]
 port = 0
+token_file = "$work/admin.token"
 [journal]
 backend = "sqlite"
 [entities]
@@ -79,4 +82,5 @@ for i in range(60):
 EOF
 
 python3 "$here/dashboard_e2e.py" --url "http://127.0.0.1:$admin_port/" --screenshot "$artifacts/dashboard.png" \
-  --expect-node e2e-1 --expect-type payment --lookup-type payment --lookup-id pay-o1 --timeout-s 90
+  --expect-node e2e-1 --expect-type payment --lookup-type payment --lookup-id pay-o1 --timeout-s 90 \
+  --token-file "$work/admin.token"
