@@ -82,7 +82,7 @@ endif()
 # default) those are needed at every link, so they go to Requires too and a
 # plain `pkg-config --libs` links; with shared ones to Requires.private.
 # Boost.Beast and nlohmann-json inside troupe_net are header-only and ship no
-# link flags; OpenSSL (TLS) is net's one private module.
+# link flags; OpenSSL (TLS) is net's and cluster's private module.
 function(troupe_pkg_config layer)
   cmake_parse_arguments(P "" "" "REQUIRES;PRIVATE;LIBS" ${ARGN})
   set(requires ${P_REQUIRES})
@@ -109,7 +109,7 @@ troupe_pkg_config(core PRIVATE spdlog LIBS -pthread)
 troupe_pkg_config(net REQUIRES troupe-core PRIVATE openssl)
 troupe_pkg_config(persist REQUIRES troupe-core PRIVATE sqlite3 libpq)
 troupe_pkg_config(patterns REQUIRES troupe-core troupe-persist)
-troupe_pkg_config(cluster REQUIRES troupe-core troupe-persist troupe-patterns PRIVATE troupe-net hiredis libssl libcrypto)
+troupe_pkg_config(cluster REQUIRES troupe-core troupe-persist troupe-patterns PRIVATE troupe-net hiredis openssl)
 troupe_pkg_config(node REQUIRES troupe-net troupe-cluster nlohmann_json tomlplusplus)
 troupe_pkg_config(protobuf REQUIRES troupe-persist protobuf)
 configure_file(${PROJECT_SOURCE_DIR}/cmake/troupe.pc.in ${PROJECT_BINARY_DIR}/pkgconfig/troupe.pc @ONLY)
@@ -130,7 +130,6 @@ set(TROUPE_DEB_DEPENDS
     nlohmann-json3-dev
     libtomlplusplus-dev
     libboost-dev
-    libssl-dev
     libprotobuf-dev
     protobuf-compiler
     pkg-config)
