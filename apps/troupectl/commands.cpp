@@ -175,6 +175,13 @@ Outcome<std::string> drain(const Options& o, const NodeApi& api, double timeout_
                                             o.drain_node + "': run troupectl --node <its admin URL> drain"};
       auto at = NodeApi::at(detail::reachable_admin(*member), timeout_s, o);
       if (auto* f = std::get_if<Failure>(&at)) return *f;
+      // The token was given for an https node: it never goes out in clear
+      // text to a URL read from the cluster.
+      if (api.tls() && !std::get<NodeApi>(at).tls() && !o.token.empty())
+        return Failure{exit_node_error, "'" + o.drain_node + "' advertises a plain http admin URL (" +
+                                            std::get<NodeApi>(at).url() +
+                                            "); the admin token is not sent in clear text: run troupectl --node "
+                                            "<its https admin URL> drain"};
       other.emplace(std::move(std::get<NodeApi>(at)));
     }
   }

@@ -54,6 +54,7 @@ class NodeApi {
   static Outcome<NodeApi> at(std::string url, double timeout_s, const Options& o);
 
   const std::string& url() const noexcept { return url_; }
+  bool tls() const noexcept { return parsed_.tls; }
   double timeout_s() const noexcept { return timeout_s_; }
 
   // The JSON document of a 2xx answer; any other answer is a Failure.

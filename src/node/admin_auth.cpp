@@ -18,18 +18,18 @@ namespace {
 
 using Digest = std::array<unsigned char, 32>;
 
-Digest sha256(std::string_view s) noexcept {
-  Digest d{};
+// False when OpenSSL cannot hash (no provider, no memory).
+bool sha256(std::string_view s, Digest& d) noexcept {
   unsigned int len = 0;
-  if (EVP_Digest(s.data(), s.size(), d.data(), &len, EVP_sha256(), nullptr) != 1) d.fill(0);
-  return d;
+  return EVP_Digest(s.data(), s.size(), d.data(), &len, EVP_sha256(), nullptr) == 1 && len == d.size();
 }
 
 }  // namespace
 
 bool same_secret(std::string_view a, std::string_view b) noexcept {
-  const Digest da = sha256(a);
-  const Digest db = sha256(b);
+  // A failed hash refuses: it must never leave two equal digests behind.
+  Digest da{}, db{};
+  if (!sha256(a, da) || !sha256(b, db)) return false;
   return CRYPTO_memcmp(da.data(), db.data(), da.size()) == 0;
 }
 

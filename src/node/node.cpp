@@ -319,7 +319,13 @@ void Node::wait_for_stop_signal() {
     int sig = 0;
     // SIGHUP reloads the cluster's TLS files; the others stop the node.
     while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
-      if (Node* n = g_signalled_node.load(); n && n->cluster_) (void)n->reload_tls();
+      Node* n = g_signalled_node.load();
+      if (n == nullptr || !n->cluster_) continue;
+      if (n->config_.cluster.insecure) {
+        log::info(log::Component::cluster, "SIGHUP: the cluster is insecure (plain TCP); no TLS files to reload");
+        continue;
+      }
+      (void)n->reload_tls();  // logs its outcome
     }
     if (Node* n = g_signalled_node.load()) n->request_stop();
   });

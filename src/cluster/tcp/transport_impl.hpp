@@ -358,6 +358,7 @@ class Transport::Impl {
   std::size_t handshaking_total_ = 0;
   // io thread: when a refusal from an address was last logged.
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> refusal_logged_;
+  std::chrono::steady_clock::time_point refusal_swept_{};  // io thread: the last sweep of refusal_logged_
   std::mt19937_64 rng_;                   // io thread: back-off jitter
   tcp::Counters c_;
 };

@@ -116,10 +116,20 @@ void Transport::Impl::uncount(Connection& c) {
 bool Transport::Impl::log_refusal(const Connection& c) {
   const std::string& address = c.inbound ? c.remote_ip : c.remote;
   const auto now = std::chrono::steady_clock::now();
-  if (refusal_logged_.size() >= kRefusalLogAddresses)
+  // Addresses that change with every attempt must not grow the map, nor
+  // cost a scan of it per refusal: it is swept at most once a second, and
+  // a new address finding it full is counted, not logged.
+  if (refusal_logged_.size() >= kRefusalLogAddresses && now - refusal_swept_ >= std::chrono::seconds(1)) {
+    refusal_swept_ = now;
     std::erase_if(refusal_logged_, [&](const auto& e) { return now - e.second >= kRefusalLogEvery; });
-  auto [it, fresh] = refusal_logged_.try_emplace(address, now);
-  if (!fresh && now - it->second < kRefusalLogEvery) return false;
+  }
+  auto it = refusal_logged_.find(address);
+  if (it == refusal_logged_.end()) {
+    if (refusal_logged_.size() >= kRefusalLogAddresses) return false;
+    refusal_logged_.emplace(address, now);
+    return true;
+  }
+  if (now - it->second < kRefusalLogEvery) return false;
   it->second = now;
   return true;
 }
