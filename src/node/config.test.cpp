@@ -125,27 +125,28 @@ TEST(NodeConfig, TheRedisUserAndPasswordComeFromAFileOrTheEnvironmentOneWayOnly)
     std::ofstream out(file);
     out << "s3cret-pw\nsecond line ignored\n";
   }
-  const std::string with_file = "[cluster]\nredis_user = \"troupe\"\nredis_password_file = \"" + file.string() + "\"\n";
+  const std::string with_file =
+      "[cluster]\ninsecure = true\nredis_user = \"troupe\"\nredis_password_file = \"" + file.string() + "\"\n";
   auto c = NodeConfig::parse(with_file, "node.toml");
   ASSERT_TRUE(c.ok()) << c.error().to_string();
   EXPECT_EQ(c->cluster.redis_user, "troupe");
   EXPECT_EQ(c->cluster.redis_password, "s3cret-pw");
 
   ::setenv("TROUPE_REDIS_PASSWORD", "from-env", 1);
-  auto env_only = NodeConfig::parse("[cluster]\nredis_user = \"troupe\"\n", "node.toml");
+  auto env_only = NodeConfig::parse("[cluster]\ninsecure = true\nredis_user = \"troupe\"\n", "node.toml");
   ASSERT_TRUE(env_only.ok()) << env_only.error().to_string();
   EXPECT_EQ(env_only->cluster.redis_password, "from-env");
   EXPECT_EQ(error_of(with_file),
             "node.toml: cluster.redis_password_file: TROUPE_REDIS_PASSWORD is set too; give the password one way only");
   ::unsetenv("TROUPE_REDIS_PASSWORD");
 
-  EXPECT_EQ(error_of("[cluster]\nredis_password = \"s3cret\"\n"),
+  EXPECT_EQ(error_of("[cluster]\ninsecure = true\nredis_password = \"s3cret\"\n"),
             "node.toml: cluster.redis_password: the password does not go in the config; name a file holding it "
             "with cluster.redis_password_file, or set TROUPE_REDIS_PASSWORD");
-  EXPECT_EQ(error_of("[cluster]\nredis_user = \"troupe\"\n"),
+  EXPECT_EQ(error_of("[cluster]\ninsecure = true\nredis_user = \"troupe\"\n"),
             "node.toml: cluster.redis_user: user 'troupe' needs a password: set cluster.redis_password_file or "
             "TROUPE_REDIS_PASSWORD");
-  EXPECT_EQ(error_of("[cluster]\nredis_password_file = \"/nonexistent/pw\"\n"),
+  EXPECT_EQ(error_of("[cluster]\ninsecure = true\nredis_password_file = \"/nonexistent/pw\"\n"),
             "node.toml: cluster.redis_password_file: '/nonexistent/pw' cannot be read");
   {
     std::ofstream out(file, std::ios::trunc);
@@ -155,7 +156,7 @@ TEST(NodeConfig, TheRedisUserAndPasswordComeFromAFileOrTheEnvironmentOneWayOnly)
   std::filesystem::remove(file);
   // A password alone (no user) is the default user's: AUTH <password>.
   ::setenv("TROUPE_REDIS_PASSWORD", "only-pw", 1);
-  auto no_user = NodeConfig::parse("[cluster]\n", "node.toml");
+  auto no_user = NodeConfig::parse("[cluster]\ninsecure = true\n", "node.toml");
   ::unsetenv("TROUPE_REDIS_PASSWORD");
   ASSERT_TRUE(no_user.ok());
   EXPECT_EQ(no_user->cluster.redis_user, "");
