@@ -12,8 +12,6 @@
 
 namespace troupe::cluster::tcp {
 
-namespace {
-
 std::string openssl_reason() {
   const unsigned long e = ERR_get_error();
   ERR_clear_error();
@@ -22,8 +20,6 @@ std::string openssl_reason() {
   ERR_error_string_n(e, buf, sizeof buf);
   return buf;
 }
-
-}  // namespace
 
 Result<std::shared_ptr<asio::ssl::context>> make_tls_context(const TransportTls& files) {
   auto bad = [](std::string what) { return Error(ErrorCode::invalid_argument, std::move(what)); };

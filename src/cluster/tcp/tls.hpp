@@ -17,6 +17,9 @@ typedef struct ssl_st SSL;
 
 namespace troupe::cluster::tcp {
 
+// The first error OpenSSL queued on this thread, as text; clears the queue.
+std::string openssl_reason();
+
 // A context for both directions (dialling and accepting). Errors:
 // invalid_argument naming the file that cannot be read or the key that does
 // not belong to the certificate.

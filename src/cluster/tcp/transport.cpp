@@ -99,6 +99,7 @@ void Transport::Impl::cleanup() {
       std::lock_guard pl(c->peer->mu);
       c->peer->direct = false;
       c->peer->direct_fd = -1;
+      c->peer->direct_tls = nullptr;
     }
     c->state = Connection::State::closed;
     c->timer.cancel();

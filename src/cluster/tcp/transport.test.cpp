@@ -37,16 +37,8 @@ using testing::RawServer;
 using testing::test_settings;
 using tcp::FrameKind;
 
-std::string u64_bytes(std::uint64_t v) {
-  std::string s(8, '\0');
-  std::memcpy(s.data(), &v, 8);
-  return s;
-}
-std::uint64_t u64_of(std::string_view s) {
-  std::uint64_t v = 0;
-  std::memcpy(&v, s.data(), std::min<std::size_t>(8, s.size()));
-  return v;
-}
+using testing::u64_bytes;
+using testing::u64_of;
 
 TEST(Transport, TwoTransportsExchangeFramesBothWays) {
   Node a = Node::start("a");
@@ -500,24 +492,12 @@ TEST(Transport, ManyThreadsSendingAtOnceKeepEachThreadsOrder) {
 // when it sends, so each frame is written by its sender's own thread.
 TEST(Transport, AnAnswerToAFrameThatJustArrivedIsWrittenByTheSendingThreadItself) {
   constexpr std::uint64_t kRounds = 200;
-  Node b;
-  Transport* bt = nullptr;
-  b.t = Transport::start(test_settings("b"), [&](std::string_view from, std::uint32_t type, std::string_view p) {
-          (void)bt->send(from, type, p);  // from b's io thread
-        }).value();
-  bt = b.t.get();
-  Node a = Node::start("a");
-  introduce(a, b);
-  for (std::uint64_t i = 0; i < kRounds; ++i) {
-    ASSERT_TRUE(a->send("b", 1, u64_bytes(i)).ok());
-    ASSERT_TRUE(a.inbox->wait_count(static_cast<std::size_t>(i + 1)));
-  }
-  auto got = a.inbox->frames();
-  for (std::uint64_t i = 0; i < kRounds; ++i) ASSERT_EQ(u64_of(got[i].payload), i);
+  const testing::EchoedRounds run = testing::echo_rounds(test_settings("a"), test_settings("b"), kRounds);
+  EXPECT_TRUE(run.in_order);
   // Every answer and every request after the first could go directly; a
   // keepalive PING or PONG in flight makes one wait for the io thread.
-  EXPECT_GE(b->stats().direct_writes, kRounds / 2);
-  EXPECT_GE(a->stats().direct_writes, kRounds / 2);
+  EXPECT_GE(run.b.direct_writes, kRounds / 2);
+  EXPECT_GE(run.a.direct_writes, kRounds / 2);
 }
 
 // One direct write per arrival: a thread streaming frames writes at most the
@@ -542,46 +522,12 @@ TEST(Transport, AStreamOfFramesFromOneThreadIsLeftToTheIoThreadsBatches) {
 // Frames a sender wrote itself, frames the io thread batched, and the rest
 // of a frame the socket took only in part all keep each thread's order.
 TEST(Transport, FramesWrittenDirectlyAndInBatchesKeepEachThreadsOrder) {
-  constexpr std::uint32_t kStreams = 3;
-  constexpr std::uint64_t kPerStream = 20'000;
-  constexpr std::uint64_t kRounds = 2'000;
-  std::atomic<std::uint64_t> disorder{0};
-  std::atomic<std::uint64_t> total{0};
-  std::uint64_t next[kStreams + 1] = {};  // b's io thread only
-  Node b;
-  Transport* bt = nullptr;
-  b.t = Transport::start(test_settings("b"), [&](std::string_view from, std::uint32_t type, std::string_view p) {
-          const std::uint64_t seq = u64_of(p);
-          if (type > kStreams || seq != next[type]) disorder.fetch_add(1);
-          if (type <= kStreams) next[type] = seq + 1;
-          if (type == 0) (void)bt->send(from, 0, p);  // answered at once
-          total.fetch_add(1);
-        }).value();
-  bt = b.t.get();
-  Node a = Node::start("a");
-  introduce(a, b);
-  const std::string big(4u << 20, 'x');  // more than a socket takes at once
-  std::vector<std::thread> senders;
-  senders.emplace_back([&] {
-    for (std::uint64_t i = 0; i < kRounds; ++i) {
-      // Every hundredth request carries a large tail, so some direct
-      // writes are cut short.
-      std::string payload = u64_bytes(i);
-      if (i % 100 == 0) payload += big;
-      if (!a->send("b", 0, payload).ok()) return;
-      if (!a.inbox->wait_count(static_cast<std::size_t>(i + 1))) return;
-    }
-  });
-  for (std::uint32_t t = 1; t <= kStreams; ++t) {
-    senders.emplace_back([&, t] {
-      for (std::uint64_t i = 0; i < kPerStream; ++i) (void)a->send("b", t, u64_bytes(i));
-    });
-  }
-  for (auto& s : senders) s.join();
-  ASSERT_TRUE(eventually([&] { return total.load() == kRounds + kStreams * kPerStream; }));
-  EXPECT_EQ(disorder.load(), 0u);
-  EXPECT_EQ(a->stats().frames_dropped, 0u);
-  EXPECT_GT(a->stats().direct_writes, 0u);
+  const testing::StreamsWithAnswers run =
+      testing::stream_with_answers(test_settings("a"), test_settings("b"), 20'000, 2'000);
+  EXPECT_TRUE(run.all_arrived);
+  EXPECT_EQ(run.disorder, 0u);
+  EXPECT_EQ(run.a.frames_dropped, 0u);
+  EXPECT_GT(run.a.direct_writes, 0u);
 }
 
 TEST(Transport, AFrameHandlerThatThrowsIsLoggedAndLaterFramesStillArrive) {

@@ -92,7 +92,7 @@ void Transport::Impl::with_tls(const ConnPtr& c) {
   std::lock_guard lk(tls_mu_);
   if (!tls_ctx_) return;
   c->tls_ctx = tls_ctx_;
-  c->tls = std::make_unique<tcp::TlsStream>(c->socket, *c->tls_ctx);
+  c->tls = std::make_unique<tcp::TlsChannel>(c->tls_ctx->native_handle(), c->inbound);
 }
 
 // A TCP connection is up: TLS first if configured (transport_tls.cpp), then
@@ -104,7 +104,7 @@ void Transport::Impl::begin(const ConnPtr& c) {
   c->state = Connection::State::handshaking;
   arm(c, s_.handshake_timeout, &Impl::on_handshake_timeout);
   if (c->tls) {
-    start_tls(c);
+    if (tls_handshake(c)) start_read(c);
     return;
   }
   say_hello(c);
@@ -195,8 +195,9 @@ void Transport::Impl::establish(const ConnPtr& c, std::uint64_t incarnation) {
     before = p.incarnation;
     p.incarnation = incarnation;
     p.ready = true;
-    // A TLS connection's OpenSSL object is the io thread's alone: no direct writes.
-    p.direct_fd = c->tls ? -1 : c->socket.native_handle();
+    p.direct_fd = c->socket.native_handle();
+    // From here on the channel is used under mu only.
+    p.direct_tls = c->tls.get();
   }
   if (before != 0 && before != incarnation) {
     bump(c_.peer_restarts);
@@ -229,6 +230,7 @@ void Transport::Impl::close(ConnPtr c, std::string_view reason, std::optional<Ba
     std::lock_guard pl(p->mu);
     p->direct = false;
     p->direct_fd = -1;
+    p->direct_tls = nullptr;
     if (p->partial_rest > 0) {
       // Its start went out on this connection; alone it would garble the next.
       p->pending.erase(0, p->partial_rest);

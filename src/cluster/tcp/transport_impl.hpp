@@ -7,8 +7,8 @@
 //   transport_send.cpp        send() and the write side of a connection
 //   transport_connection.cpp  accepting, dialling, the HELLO handshake, closing
 //   transport_receive.cpp     reading, delivering frames, keepalive
-//   transport_tls.cpp         the TLS handshake, the name check, refusals,
-//                             the handshake limits and certificate reload
+//   transport_tls.cpp         the TLS channel and handshake, the name check,
+//                             refusals, the handshake limits and certificate reload
 //   tls.cpp                   TLS contexts and certificate names (tls.hpp)
 // Private to src/cluster/tcp. See transport.hpp for the contract and
 // doc/wire.md for the protocol.
@@ -23,16 +23,21 @@
 //   - Peer::mu guards what send() and the io thread share: the outbound
 //     buffer and its accounting, `ready`, `flush_owed`, `removed`, the
 //     address and the incarnation, and the direct-write state (`direct`,
-//     `direct_fd`, `partial_rest`). It is also held across a sender's own
-//     write to the socket (transport_send.cpp), so the io thread never closes or writes
-//     to that socket meanwhile.
+//     `direct_fd`, `direct_tls`, `partial_rest`). It is also held across a
+//     sender's own write to the socket (transport_send.cpp), so the io thread
+//     never closes or writes to that socket meanwhile.
 //   - tls_mu_ guards tls_ctx_, the context new connections take (replaced
 //     by reload_tls() from any thread).
 //   - Everything else (connections, timers, Peer::conn, back-off state) is
 //     touched only on the io thread, or after it has been joined.
 //
-// TLS: a connection's OpenSSL object is used by the io thread only, so a
-// TLS connection never allows a direct write (Peer::direct_fd stays -1).
+// TLS: a connection's OpenSSL object is driven by hand over memory BIOs
+// (TlsChannel): the io thread reads ciphertext from the socket and feeds it
+// in, and every byte OpenSSL produces goes to one ordered ciphertext buffer
+// (TlsChannel::out), written before anything newer. Until the connection is
+// established only the io thread touches the channel; from then on (it is
+// Peer::direct_tls) every use of it, the io thread's too, holds Peer::mu, so
+// a sender may encrypt and write its frame itself as on a plain connection.
 
 #define TROUPE_ASIO_SSL 1
 #include "../asio_headers.hpp"  // first: see there
@@ -62,7 +67,6 @@ namespace troupe::cluster::tcp {
 
 using Socket = asio::ip::tcp::socket;
 using Endpoint = asio::ip::tcp::endpoint;
-using TlsStream = asio::ssl::stream<Socket&>;
 
 // The decoder's buffer starts at kReadBuffer (see transport_receive.cpp).
 constexpr std::size_t kReadBuffer = 128u << 10;
@@ -156,6 +160,28 @@ inline void bump(std::atomic<std::uint64_t>& c, std::uint64_t n = 1) noexcept {
 
 struct Connection;
 
+// A TLS connection's OpenSSL object over two memory BIOs, driven by hand
+// (transport_tls.cpp). Owned by its Connection; see the top of this file
+// for who may touch it when.
+struct TlsChannel {
+  TlsChannel(SSL_CTX* ctx, bool server);
+  ~TlsChannel();
+  TlsChannel(const TlsChannel&) = delete;
+  TlsChannel& operator=(const TlsChannel&) = delete;
+
+  // Encrypts `plain` into `out`. False when the connection's TLS failed.
+  bool encrypt(std::string_view plain);
+  // Moves what OpenSSL produced to the end of `out`.
+  void drain();
+
+  SSL* ssl = nullptr;
+  BIO* rbio = nullptr;  // owned by ssl: ciphertext read, not yet consumed
+  BIO* wbio = nullptr;  // owned by ssl: ciphertext produced, not yet in `out`
+  bool done = false;    // the TLS handshake is complete
+  std::string out;      // ciphertext produced and not yet handed to a write, in order
+  std::vector<char> in; // io thread: what one read of the socket takes
+};
+
 // A node in the address book. Shared by the map, its connection and the io
 // thread's pending work; see the top of this file for which thread touches what.
 struct Peer {
@@ -179,6 +205,7 @@ struct Peer {
   // progress.
   bool direct = false;
   int direct_fd = -1;               // guarded by mu: the established connection's socket, or -1
+  TlsChannel* direct_tls = nullptr; // guarded by mu: with TLS, the established connection's channel
   std::size_t partial_rest = 0;     // guarded by mu: bytes at the head of `pending` ending a frame begun directly
 
   // io thread only.
@@ -198,11 +225,10 @@ struct Connection {
       : socket(std::move(s)), timer(socket.get_executor()), decoder(max_frame, kReadBuffer), inbound(in) {}
 
   Socket socket;
-  // With TLS: the stream over `socket`, and the context it was made with
-  // (kept alive here: a reload replaces the transport's).
+  // With TLS: the context the channel was made with (kept alive here: a
+  // reload replaces the transport's), and the channel.
   std::shared_ptr<asio::ssl::context> tls_ctx;
-  std::unique_ptr<TlsStream> tls;
-  std::string verify_error;  // why the peer's certificate failed verification
+  std::unique_ptr<TlsChannel> tls;
   std::vector<std::string> cert_names;  // what the peer's certificate names, after the TLS handshake
   std::string remote_ip;              // accepted: the peer's address, the key of the handshake limits
   bool counted = false;               // accepted: counted in the handshake limits until its HELLO
@@ -300,8 +326,9 @@ class Transport::Impl {
   void on_handshake_timeout(const ConnPtr& c);
   bool admit(const ConnPtr& c);
   void uncount(Connection& c);
-  void start_tls(const ConnPtr& c);
-  void on_tls_handshake(const ConnPtr& c, const std::error_code& ec);
+  bool tls_handshake(const ConnPtr& c);
+  bool tls_input(const ConnPtr& c, std::size_t n);
+  void start_tls_write(const ConnPtr& c);
   void say_hello(const ConnPtr& c);
   bool names_match(const ConnPtr& c, std::string_view node);
   void refuse(const ConnPtr& c, tcp::Refused why, std::string_view reason);

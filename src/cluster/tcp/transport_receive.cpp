@@ -5,6 +5,13 @@
 
 #include "transport_impl.hpp"  // first: it includes Asio first
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <algorithm>
+
+#include "tls.hpp"
+
 namespace troupe::cluster {
 
 namespace {
@@ -49,7 +56,7 @@ inline void Transport::Impl::allow_direct(const ConnPtr& c) {
   if (c->state != Connection::State::established || c->writing || !c->control.empty()) return;
   Peer& p = *c->peer;
   std::lock_guard pl(p.mu);
-  if (p.pending.empty() && p.direct_fd >= 0) p.direct = true;
+  if (p.pending.empty() && p.direct_fd >= 0 && (!p.direct_tls || p.direct_tls->out.empty())) p.direct = true;
 }
 
 // Decodes and handles every complete frame read so far. False when the
@@ -112,20 +119,74 @@ inline void Transport::Impl::allow_direct(const ConnPtr& c) {
 }
 
 void Transport::Impl::start_read(const ConnPtr& c) {
-  std::span<char> room = c->decoder.prepare(kReadMinFree);
   auto done = [this, c](const std::error_code& ec, std::size_t n) { on_read(c, ec, n); };
-  if (c->tls)
-    c->tls->async_read_some(asio::buffer(room.data(), room.size()), std::move(done));
-  else
-    c->socket.async_read_some(asio::buffer(room.data(), room.size()), std::move(done));
+  if (c->tls) {
+    c->socket.async_read_some(asio::buffer(c->tls->in), std::move(done));
+    return;
+  }
+  std::span<char> room = c->decoder.prepare(kReadMinFree);
+  c->socket.async_read_some(asio::buffer(room.data(), room.size()), std::move(done));
+}
+
+// With TLS: feeds the n bytes of ciphertext read to the channel, advances
+// the handshake, and decrypts what it can into the decoder. False when the
+// connection was closed.
+bool Transport::Impl::tls_input(const ConnPtr& c, std::size_t n) {
+  tcp::TlsChannel& t = *c->tls;
+  if (!t.done) {
+    // Not yet shared with senders: no lock.
+    BIO_write(t.rbio, t.in.data(), static_cast<int>(n));
+    if (!tls_handshake(c)) return false;
+    if (!t.done) return true;
+    n = 0;
+  }
+  std::string failure;
+  bool ended = false;
+  bool answer;
+  {
+    std::unique_lock<std::mutex> pl;
+    if (c->state == Connection::State::established) pl = std::unique_lock(c->peer->mu);
+    ERR_clear_error();
+    if (n > 0) BIO_write(t.rbio, t.in.data(), static_cast<int>(n));
+    for (;;) {
+      std::span<char> room = c->decoder.prepare(kReadMinFree);
+      const int got = SSL_read(t.ssl, room.data(), static_cast<int>(std::min<std::size_t>(room.size(), 1u << 30)));
+      if (got > 0) {
+        c->decoder.commit(static_cast<std::size_t>(got));
+        continue;
+      }
+      const int e = SSL_get_error(t.ssl, got);
+      if (e == SSL_ERROR_ZERO_RETURN) ended = true;
+      else if (e != SSL_ERROR_WANT_READ) failure = tcp::openssl_reason();
+      break;
+    }
+    // What reading made OpenSSL say (a key update's answer) goes out in order.
+    t.drain();
+    answer = !t.out.empty();
+  }
+  if (!failure.empty()) {
+    close(c, "read failed: " + failure);
+    return false;
+  }
+  if (answer) start_write(c);
+  if (ended) {
+    // The peer said close_notify: whatever follows it is not read.
+    if (deliver(c)) on_read(c, asio::error::eof, 0);
+    return false;
+  }
+  return true;
 }
 
 void Transport::Impl::on_read(const ConnPtr& c, const std::error_code& ec, std::size_t n) {
   if (c->state == Connection::State::closed || stopped_.load()) return;
   if (ec) {
+    if (c->tls && !c->tls->done) {
+      refuse(c, tcp::Refused::tls_handshake, "TLS handshake failed: " + ec.message());
+      return;
+    }
     // A TLS peer closes without close_notify (this transport never sends
     // one): the stream ends as a plain one would.
-    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) {
+    if (ec == asio::error::eof) {
       if (c->decoder.buffered() > 0) {
         close(c, "stream ended inside a frame (" + std::to_string(c->decoder.buffered()) + " bytes of it received)",
               Bad::truncated);
@@ -139,7 +200,10 @@ void Transport::Impl::on_read(const ConnPtr& c, const std::error_code& ec, std::
   }
   bump(c_.reads);
   bump(c_.bytes_received, n);
-  c->decoder.commit(n);
+  if (!c->tls)
+    c->decoder.commit(n);
+  else if (!tls_input(c, n))
+    return;
   c->got_input = true;
   // Before the handler runs: what it delivers may be answered at once, from
   // this thread or another.

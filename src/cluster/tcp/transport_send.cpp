@@ -22,9 +22,18 @@
 // that rest before anything else, control frames included; if the
 // connection closes first, the rest is dropped with it, since its start
 // went out on that connection.
+//
+// With TLS the same, one layer down: a direct writer encrypts its frame
+// into the channel's ciphertext buffer (TlsChannel::out, empty when direct
+// is set) and writes what the socket takes; the rest stays there, and the
+// io thread writes it before it encrypts anything newer behind it. Frames
+// are whole in the TLS stream, so `partial_rest` stays 0.
 
 #include "transport_impl.hpp"  // first: it includes Asio first
 
+#include "tls.hpp"
+
+#include <openssl/err.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -63,10 +72,39 @@ using tcp::PeerMap;
 // without blocking; whatever it does not take (a full socket buffer, or an
 // error the io thread's write will meet and close the connection for) stays
 // at the head of `pending` for the io thread. True when it must be woken.
+bool write_direct_tls(Counters& c, Peer& p, std::uint64_t frames) noexcept {
+  tcp::TlsChannel& t = *p.direct_tls;
+  // A failure leaves the frame to the io thread, which meets it too and closes.
+  if (!t.encrypt(p.pending)) {
+    ERR_clear_error();  // this thread's; the io thread reports the failure
+    p.flush_owed = true;
+    return true;
+  }
+  bump(c.direct_writes);
+  bump(c.frames_sent, frames);
+  p.pending.clear();
+  p.pending_frames = 0;
+  const ssize_t n = ::send(p.direct_fd, t.out.data(), t.out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n == static_cast<ssize_t>(t.out.size())) {
+    bump(c.write_batches);
+    bump(c.bytes_sent, t.out.size());
+    t.out.clear();
+    return false;
+  }
+  if (n > 0) {
+    bump(c.bytes_sent, static_cast<std::size_t>(n));
+    t.out.erase(0, static_cast<std::size_t>(n));
+  }
+  p.in_flight = t.out.size();
+  p.flush_owed = true;
+  return true;
+}
+
 bool write_direct(Counters& c, Peer& p, std::uint64_t frames) noexcept {
   // One direct write per arrival: the next send() queues, so a stream of
   // sends is batched by the io thread.
   p.direct = false;
+  if (p.direct_tls) return write_direct_tls(c, p, frames);
   const ssize_t n = ::send(p.direct_fd, p.pending.data(), p.pending.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   if (n == static_cast<ssize_t>(p.pending.size())) {
     bump(c.write_batches);
@@ -223,6 +261,10 @@ void Transport::Impl::flush(const PeerPtr& p) {
 
 void Transport::Impl::start_write(const ConnPtr& c) {
   if (c->writing || c->state == Connection::State::closed || c->state == Connection::State::connecting) return;
+  if (c->tls) {
+    start_tls_write(c);
+    return;
+  }
   c->data_writing.clear();
   c->data_writing_frames = 0;
   bool control_waits = false;
@@ -247,11 +289,56 @@ void Transport::Impl::start_write(const ConnPtr& c) {
   if (c->control_writing.empty() && c->data_writing.empty()) return;
   c->writing = true;
   const std::array<asio::const_buffer, 2> buffers{asio::buffer(c->control_writing), asio::buffer(c->data_writing)};
-  auto done = [this, c](const std::error_code& ec, std::size_t n) { on_written(c, ec, n); };
-  if (c->tls)
-    asio::async_write(*c->tls, buffers, std::move(done));
-  else
-    asio::async_write(c->socket, buffers, std::move(done));
+  asio::async_write(c->socket, buffers,
+                    [this, c](const std::error_code& ec, std::size_t n) { on_written(c, ec, n); });
+}
+
+// With TLS: control frames and `pending` are encrypted behind what the
+// channel holds already, and all of it is written in one go.
+void Transport::Impl::start_tls_write(const ConnPtr& c) {
+  tcp::TlsChannel& t = *c->tls;
+  bool ok = true;
+  c->data_writing.clear();
+  c->data_writing_frames = 0;
+  {
+    Peer* p = c->state == Connection::State::established ? c->peer.get() : nullptr;
+    std::unique_lock<std::mutex> pl;
+    if (p) {
+      pl = std::unique_lock(p->mu);
+      // From here until a read allows it again, only this thread writes.
+      p->direct = false;
+    }
+    if (t.done && !c->control.empty()) {
+      ok = t.encrypt(c->control);
+      c->control.clear();
+    }
+    if (ok && p && !p->pending.empty()) {
+      ok = t.encrypt(p->pending);
+      // Encrypted or lost with the connection: never sent twice.
+      if (ok)
+        c->data_writing_frames = p->pending_frames;
+      else
+        bump(c_.frames_dropped, p->pending_frames);
+      p->pending_frames = 0;
+      if (p->pending.capacity() > kKeepWriteCapacity)
+        std::string().swap(p->pending);
+      else
+        p->pending.clear();
+    }
+    c->data_writing.swap(t.out);
+    if (p) {
+      p->in_flight = c->data_writing.size();
+      p->flush_owed = !c->data_writing.empty();
+    }
+  }
+  if (!ok) {
+    close(c, "write failed: " + tcp::openssl_reason());
+    return;
+  }
+  if (c->data_writing.empty()) return;
+  c->writing = true;
+  asio::async_write(c->socket, asio::buffer(c->data_writing),
+                    [this, c](const std::error_code& ec, std::size_t n) { on_written(c, ec, n); });
 }
 
 void Transport::Impl::on_written(const ConnPtr& c, const std::error_code& ec, std::size_t n) {

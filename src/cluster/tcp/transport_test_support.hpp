@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -345,5 +346,107 @@ class RawServer {
   int fd_;
   std::uint16_t port_ = 0;
 };
+
+// Sequence numbers as payloads: 8 bytes, host order.
+inline std::string u64_bytes(std::uint64_t v) {
+  std::string s(8, '\0');
+  std::memcpy(s.data(), &v, 8);
+  return s;
+}
+inline std::uint64_t u64_of(std::string_view s) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, s.data(), std::min<std::size_t>(8, s.size()));
+  return v;
+}
+
+// Node "a" sends `rounds` numbered requests to "b" one at a time, each
+// echoed by b's handler from its io thread. Each side has just received
+// something when it sends, so each frame may be written by its sender
+// itself. Whether every answer came back, in order; the stats at the end.
+struct EchoedRounds {
+  bool in_order = false;
+  TransportStats a, b;
+};
+inline EchoedRounds echo_rounds(TransportSettings sa, TransportSettings sb, std::uint64_t rounds) {
+  EchoedRounds out;
+  Node b;
+  Transport* bt = nullptr;
+  b.t = Transport::start(std::move(sb), [&](std::string_view from, std::uint32_t type, std::string_view p) {
+          (void)bt->send(from, type, p);  // from b's io thread
+        }).value();
+  bt = b.t.get();
+  Node a = Node::start(std::move(sa));
+  introduce(a, b);
+  std::uint64_t i = 0;
+  for (; i < rounds; ++i)
+    if (!a->send("b", 1, u64_bytes(i)).ok() || !a.inbox->wait_count(static_cast<std::size_t>(i + 1))) break;
+  const auto got = a.inbox->frames();
+  out.in_order = i == rounds && got.size() == rounds;
+  for (std::uint64_t k = 0; out.in_order && k < rounds; ++k) out.in_order = u64_of(got[k].payload) == k;
+  out.a = a->stats();
+  out.b = b->stats();
+  return out;
+}
+
+// What stream_with_answers() saw.
+struct StreamsWithAnswers {
+  bool all_arrived = false;   // b received every frame
+  std::uint64_t disorder = 0; // frames b received out of their thread's order, or not whole
+  TransportStats a, b;        // at the end
+};
+
+// Node "a" sends to "b" from four threads at once: three stream numbered
+// frames of their own type (1..3), `per_stream` each, and one sends
+// `rounds` requests (type 0) one at a time, each answered by b's handler at
+// once with the same payload, every hundredth with a 4 MiB tail (more than
+// a socket takes at once, so some direct writes are cut short both ways). Frames written directly, in
+// the io thread's batches, and the rest of a cut one must keep each
+// thread's order; a's answers must come back in order too.
+inline StreamsWithAnswers stream_with_answers(TransportSettings sa, TransportSettings sb, std::uint64_t per_stream,
+                                              std::uint64_t rounds) {
+  constexpr std::uint32_t kStreams = 3;
+  const std::string big(4u << 20, 'x');
+  std::atomic<std::uint64_t> disorder{0};
+  std::atomic<std::uint64_t> total{0};
+  std::uint64_t next[kStreams + 1] = {};  // b's io thread only
+  StreamsWithAnswers out;
+  Node b;
+  Transport* bt = nullptr;
+  b.t = Transport::start(std::move(sb), [&](std::string_view from, std::uint32_t type, std::string_view p) {
+          const std::uint64_t seq = u64_of(p);
+          if (type > kStreams || seq != next[type]) disorder.fetch_add(1);
+          if (type <= kStreams) next[type] = seq + 1;
+          if (type == 0 && seq % 100 == 0 && p.substr(8) != big) disorder.fetch_add(1);
+          if (type == 0) (void)bt->send(from, 0, p);  // answered at once
+          total.fetch_add(1);
+        }).value();
+  bt = b.t.get();
+  Node a = Node::start(std::move(sa));
+  introduce(a, b);
+  std::vector<std::thread> senders;
+  senders.emplace_back([&] {
+    for (std::uint64_t i = 0; i < rounds; ++i) {
+      std::string payload = u64_bytes(i);
+      if (i % 100 == 0) payload += big;
+      if (!a->send("b", 0, payload).ok()) return;
+      if (!a.inbox->wait_count(static_cast<std::size_t>(i + 1))) return;
+    }
+  });
+  for (std::uint32_t t = 1; t <= kStreams; ++t) {
+    senders.emplace_back([&, t] {
+      for (std::uint64_t i = 0; i < per_stream; ++i) (void)a->send("b", t, u64_bytes(i));
+    });
+  }
+  for (auto& s : senders) s.join();
+  out.all_arrived = eventually([&] { return total.load() == rounds + kStreams * per_stream; });
+  const auto answers = a.inbox->frames();
+  if (answers.size() != rounds) disorder.fetch_add(1);
+  for (std::uint64_t i = 0; i < answers.size(); ++i)
+    if (u64_of(answers[i].payload) != i) disorder.fetch_add(1);
+  out.disorder = disorder.load();
+  out.a = a->stats();
+  out.b = b->stats();
+  return out;
+}
 
 }  // namespace troupe::cluster::testing

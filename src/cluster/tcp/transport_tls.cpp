@@ -1,5 +1,6 @@
-// The TCP transport's defences, on the io thread unless said otherwise: the
-// TLS handshake of a connection and the check that a peer's certificate
+// The TCP transport's defences, on the io thread unless said otherwise: a
+// connection's TLS channel (OpenSSL over memory BIOs, which senders use too
+// once the connection is established), its TLS handshake, and the check that a peer's certificate
 // names the node it claims (or was dialled as), refusals counted and logged
 // at most once per address per minute, the bounds on accepted connections
 // still in their handshake, and certificate reload (reload_tls() from any
@@ -11,7 +12,10 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <new>
 
 #include "tls.hpp"
 
@@ -150,38 +154,94 @@ void Transport::Impl::refuse(const ConnPtr& c, tcp::Refused why, std::string_vie
   close(c, reason, std::nullopt, /*quiet=*/true);
 }
 
-// --- TLS handshake ---------------------------------------------------------------------
+// --- the TLS channel (see transport_impl.hpp for who touches it when) -------------------
 
-void Transport::Impl::start_tls(const ConnPtr& c) {
-  Connection* raw = c.get();  // the stream belongs to the connection: it outlives the callback
-  c->tls->set_verify_callback([raw](bool preverified, asio::ssl::verify_context& vc) {
-    if (!preverified && raw->verify_error.empty())
-      raw->verify_error = X509_verify_cert_error_string(X509_STORE_CTX_get_error(vc.native_handle()));
-    return preverified;
-  });
-  const auto role = c->inbound ? asio::ssl::stream_base::server : asio::ssl::stream_base::client;
-  c->tls->async_handshake(role, [this, c](const std::error_code& ec) { on_tls_handshake(c, ec); });
+namespace tcp {
+
+TlsChannel::TlsChannel(SSL_CTX* ctx, bool server) : ssl(SSL_new(ctx)), in(64u << 10) {
+  rbio = BIO_new(BIO_s_mem());
+  wbio = BIO_new(BIO_s_mem());
+  if (!ssl || !rbio || !wbio) {
+    BIO_free(rbio);
+    BIO_free(wbio);
+    SSL_free(ssl);
+    throw std::bad_alloc();
+  }
+  // An empty read BIO means "wait for more", not the end of the stream.
+  BIO_set_mem_eof_return(rbio, -1);
+  SSL_set_bio(ssl, rbio, wbio);
+  if (server)
+    SSL_set_accept_state(ssl);
+  else
+    SSL_set_connect_state(ssl);
 }
 
-void Transport::Impl::on_tls_handshake(const ConnPtr& c, const std::error_code& ec) {
-  if (c->state != Connection::State::handshaking || stopped_.load()) return;
-  if (ec) {
-    if (!c->verify_error.empty()) {
-      refuse(c, tcp::Refused::untrusted_certificate, "its certificate is not trusted: " + c->verify_error);
-    } else if (ec.category() == asio::error::get_ssl_category() &&
-               ERR_GET_REASON(static_cast<unsigned long>(ec.value())) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
+TlsChannel::~TlsChannel() { SSL_free(ssl); }
+
+void TlsChannel::drain() {
+  const std::size_t n = BIO_ctrl_pending(wbio);
+  if (n == 0) return;
+  const std::size_t at = out.size();
+  out.resize(at + n);
+  const int got = BIO_read(wbio, out.data() + at, static_cast<int>(n));
+  out.resize(at + static_cast<std::size_t>(got > 0 ? got : 0));
+}
+
+bool TlsChannel::encrypt(std::string_view plain) {
+  ERR_clear_error();
+  // A memory BIO never pushes back: SSL_write takes each piece whole or fails.
+  constexpr std::size_t kPiece = 1u << 30;
+  bool ok = true;
+  for (std::size_t at = 0; ok && at < plain.size(); at += kPiece) {
+    const std::size_t n = std::min(kPiece, plain.size() - at);
+    ok = SSL_write(ssl, plain.data() + at, static_cast<int>(n)) == static_cast<int>(n);
+  }
+  drain();
+  return ok;
+}
+
+}  // namespace tcp
+
+// --- TLS handshake ---------------------------------------------------------------------
+
+// Advances the handshake with what has been read (nothing yet, for the
+// dialler's first step). False when the connection was refused.
+bool Transport::Impl::tls_handshake(const ConnPtr& c) {
+  tcp::TlsChannel& t = *c->tls;
+  ERR_clear_error();
+  const int r = SSL_do_handshake(t.ssl);
+  t.drain();
+  if (r != 1) {
+    const int e = SSL_get_error(t.ssl, r);
+    if (e == SSL_ERROR_WANT_READ) {
+      start_write(c);
+      return true;
+    }
+    const unsigned long err = ERR_peek_error();
+    const std::string reason = tcp::openssl_reason();
+    // The alert that tells the peer why, if the socket takes it now and
+    // no write of ours is under way.
+    if (!t.out.empty() && !c->writing)
+      (void)::send(c->socket.native_handle(), t.out.data(), t.out.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    const long verify = SSL_get_verify_result(t.ssl);
+    if (verify != X509_V_OK) {
+      refuse(c, tcp::Refused::untrusted_certificate,
+             std::string("its certificate is not trusted: ") + X509_verify_cert_error_string(verify));
+    } else if (ERR_GET_REASON(err) == SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE) {
       refuse(c, tcp::Refused::no_certificate, "it sent no certificate");
     } else {
-      refuse(c, tcp::Refused::tls_handshake, "TLS handshake failed: " + ec.message());
+      refuse(c, tcp::Refused::tls_handshake, "TLS handshake failed: " + reason);
     }
-    return;
+    return false;
   }
-  c->cert_names = tcp::peer_certificate_names(c->tls->native_handle());
+  t.done = true;
+  start_write(c);  // the handshake's last flight
+  c->cert_names = tcp::peer_certificate_names(t.ssl);
   // The dialler knows whom it meant to reach; the acceptor learns the
   // claimed id from the HELLO (on_hello).
-  if (!c->inbound && !names_match(c, c->peer->id)) return;
+  if (!c->inbound && !names_match(c, c->peer->id)) return false;
   say_hello(c);
-  start_read(c);
+  return c->state != Connection::State::closed;
 }
 
 // Whether the peer's certificate names `node`; refuses the connection if not.
