@@ -229,9 +229,9 @@ struct RefusedPeerCounts {
 // A snapshot of the transport's counters, all since start().
 struct TransportStats {
   std::uint64_t frames_sent = 0;       // DATA frames written to a socket
-  std::uint64_t bytes_sent = 0;        // bytes written, every kind and header included
+  std::uint64_t bytes_sent = 0;        // bytes written, every kind and header included (TLS: ciphertext)
   std::uint64_t frames_received = 0;   // DATA frames handed to the Handler
-  std::uint64_t bytes_received = 0;    // bytes read
+  std::uint64_t bytes_received = 0;    // bytes read (TLS: ciphertext)
   std::uint64_t write_batches = 0;     // writes completed: one writev each unless the socket was full
   std::uint64_t direct_writes = 0;     // of those, frames written whole by the sending thread itself
   std::uint64_t reads = 0;             // reads completed: one recv each
