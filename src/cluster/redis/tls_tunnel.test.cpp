@@ -8,32 +8,19 @@
 
 #include <fstream>
 
+#include "../../testing/pki.hpp"
 #include "coordinator_test_support.hpp"
 
 namespace troupe::test {
 namespace {
 
-// Runs `cmd` through sh; throws with its output when it fails.
-void shell(const std::string& cmd, const std::string& log) {
-  if (std::system((cmd + " > " + log + " 2>&1").c_str()) != 0) {
-    std::ifstream in(log);
-    std::string text;
-    std::getline(in, text, '\0');
-    throw std::runtime_error("'" + cmd + "' failed: " + text);
-  }
-}
-
 // A CA, another CA and a certificate for localhost/127.0.0.1 signed by the
-// first, in `dir` (openssl command line).
+// first, in `dir`: ca.crt, other.crt, redis.crt and redis.key.
 void make_certificates(const std::string& dir) {
-  const std::string ec = "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj ";
-  shell(ec + "/CN=redis-test-ca -x509 -days 2 -keyout " + dir + "/ca.key -out " + dir + "/ca.crt", dir + "/o.log");
-  shell(ec + "/CN=other-ca -x509 -days 2 -keyout " + dir + "/other.key -out " + dir + "/other.crt", dir + "/o.log");
-  shell(ec + "/CN=localhost -keyout " + dir + "/redis.key -out " + dir + "/redis.csr", dir + "/o.log");
-  std::ofstream(dir + "/san.ext") << "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-  shell("openssl x509 -req -days 2 -in " + dir + "/redis.csr -CA " + dir + "/ca.crt -CAkey " + dir +
-            "/ca.key -CAcreateserial -extfile " + dir + "/san.ext -out " + dir + "/redis.crt",
-        dir + "/o.log");
+  const troupe::testing::Pki pki(dir);
+  pki.ca("ca");
+  pki.ca("other");
+  pki.cert("ca", "redis", "localhost", "DNS:localhost,IP:127.0.0.1");
 }
 
 // One stunnel client process, as doc/redis.md configures it: accepts on a

@@ -4,12 +4,10 @@
 // and "ca-b", and leaf certificates they sign. Used by the net, node and
 // troupectl tests.
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
+
+#include "../../testing/pki.hpp"
 
 namespace troupe::http::testing {
 
@@ -31,26 +29,18 @@ class Pki {
 
  private:
   Pki() {
-    dir = std::filesystem::temp_directory_path() / ("troupe-tls-test-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir);
-    ok = ca("ca-a") && ca("ca-b") && leaf("server", "ca-a", "DNS:localhost,IP:127.0.0.1") &&
-         leaf("other-name", "ca-a", "DNS:other.example") && leaf("server-b", "ca-b", "DNS:localhost,IP:127.0.0.1");
+    dir = files_.dir();
+    try {
+      files_.ca("ca-a");
+      files_.ca("ca-b");
+      files_.cert("ca-a", "server", "server", "DNS:localhost,IP:127.0.0.1");
+      files_.cert("ca-a", "other-name", "other-name", "DNS:other.example");
+      files_.cert("ca-b", "server-b", "server-b", "DNS:localhost,IP:127.0.0.1");
+    } catch (const std::exception&) {
+      ok = false;
+    }
   }
-  ~Pki() { std::filesystem::remove_all(dir); }
-  bool run(const std::string& cmd) const {
-    return std::system(("cd '" + dir.string() + "' && " + cmd + " >openssl.log 2>&1").c_str()) == 0;
-  }
-  bool ca(const std::string& name) const {
-    return run("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=" + name +
-               " -keyout " + name + ".key -out " + name + ".crt");
-  }
-  bool leaf(const std::string& name, const std::string& ca_name, const std::string& san) const {
-    std::ofstream(dir / (name + ".ext")) << "subjectAltName=" << san << "\n";
-    return run("openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=" + name + " -keyout " +
-               name + ".key -out " + name + ".csr") &&
-           run("openssl x509 -req -in " + name + ".csr -CA " + ca_name + ".crt -CAkey " + ca_name +
-               ".key -CAcreateserial -days 2 -extfile " + name + ".ext -out " + name + ".crt");
-  }
+  troupe::testing::Pki files_;
 };
 
 }  // namespace troupe::http::testing

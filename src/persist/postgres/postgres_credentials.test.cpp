@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "../journal_test_support.hpp"
+#include "../../testing/pki.hpp"
 #include "postgres_test_server.hpp"
 #include "troupe/persist/postgres_journal.hpp"
 
@@ -28,43 +29,14 @@ using troupe::PostgresJournal;
 using troupe::PostgresJournalOptions;
 
 // A temp directory with two CAs (ca, other-ca) and a server certificate
-// signed by `ca` for IP:127.0.0.1 and DNS:localhost, made with the openssl
-// command line. Removed with the object.
-class TestCertificates {
+// signed by `ca` for IP:127.0.0.1 and DNS:localhost. Removed with the object.
+class TestCertificates : public troupe::testing::Pki {
  public:
   TestCertificates() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "troupe-pgtls-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = pattern;
-    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    for (const char* ca : {"ca", "other-ca"})
-      run("openssl req -x509" + ec + " -days 2 -subj /CN=troupe-test-" + ca + " -keyout " + path(ca) +
-          ".key -out " + path(ca) + ".crt");
-    {
-      std::ofstream ext(path("san.ext"));
-      ext << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
-    }
-    run("openssl req" + ec + " -subj /CN=localhost -keyout " + path("server") + ".key -out " + path("server") +
-        ".csr");
-    run("openssl x509 -req -days 2 -in " + path("server") + ".csr -CA " + path("ca") + ".crt -CAkey " + path("ca") +
-        ".key -CAcreateserial -extfile " + path("san.ext") + " -out " + path("server") + ".crt");
+    ca("ca");
+    ca("other-ca");
+    cert("ca", "server", "localhost", "IP:127.0.0.1,DNS:localhost");
   }
-  ~TestCertificates() {
-    std::error_code e;
-    std::filesystem::remove_all(dir_, e);
-  }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-
- private:
-  void run(const std::string& cmd) {
-    if (std::system((cmd + " > " + dir_ + "/openssl.log 2>&1").c_str()) != 0) {
-      std::ifstream in(dir_ + "/openssl.log");
-      std::string log;
-      std::getline(in, log, '\0');
-      throw std::runtime_error("'" + cmd + "' failed: " + log);
-    }
-  }
-  std::string dir_;
 };
 
 troupe::Result<std::shared_ptr<PostgresJournal>> open_journal(const std::string& conninfo,
