@@ -173,6 +173,18 @@ void FencedJournal::read_outbox(OutboxQuery query, Callback<OutboxView> done) {
   state_->inner->read_outbox(query, std::move(done));
 }
 
+bool FencedJournal::supports_queries() const noexcept { return state_->inner->supports_queries(); }
+
+void FencedJournal::query_events(EventQuery query, Callback<EventPage> done) {
+  state_->inner->query_events(std::move(query), std::move(done));
+}
+
+std::uint64_t FencedJournal::add_append_listener(std::function<void()> listener) {
+  return state_->inner->add_append_listener(std::move(listener));
+}
+
+void FencedJournal::remove_append_listener(std::uint64_t id) { state_->inner->remove_append_listener(id); }
+
 const Fence& FencedJournal::fence() const noexcept { return state_->fence; }
 
 std::optional<Result<void>> FencedJournal::raised() const {

@@ -26,6 +26,17 @@ Result<void> validate_batch(const AppendBatch& batch) {
                        std::to_string(batch.events[i - 1].seq) + " and " +
                        std::to_string(batch.events[i].seq) + " are not consecutive");
   }
+  for (const EventRecord& e : batch.events) {
+    if (e.tags.empty()) continue;
+    if (e.tags.size() > max_tags_per_event)
+      return Error(ErrorCode::invalid_argument, "append to '" + batch.persistence_id + "': event " +
+                                                    std::to_string(e.seq) + " has " + std::to_string(e.tags.size()) +
+                                                    " tags, more than " + std::to_string(max_tags_per_event));
+    for (const std::string& t : e.tags)
+      if (auto v = validate_tag(t); !v)
+        return Error(ErrorCode::invalid_argument, "append to '" + batch.persistence_id + "': event " +
+                                                      std::to_string(e.seq) + ": " + v.error().message());
+  }
   if (!batch.outbox.empty()) return detail::validate_outbox_records(batch);
   return {};
 }

@@ -12,8 +12,8 @@
 namespace troupe::detail {
 
 GroupCommit::GroupCommit(std::vector<std::unique_ptr<JournalLane>> lanes, std::size_t max_weight,
-                         std::function<Error()> closed_error)
-    : max_weight_(max_weight), closed_error_(std::move(closed_error)) {
+                         std::function<Error()> closed_error, AppendListeners* appended)
+    : max_weight_(max_weight), closed_error_(std::move(closed_error)), appended_(appended) {
   for (auto& w : lanes) {
     auto lane = std::make_unique<Lane>();
     lane->writer = std::move(w);
@@ -117,6 +117,7 @@ void GroupCommit::run(Lane& lane) {
       for (std::size_t i = begin; i < end; ++i)
         if (ops[i].kind == JournalWrite::Kind::append && !results[i - begin].ok()) ++failed;
       if (failed > 0) append_failures_.fetch_add(failed, std::memory_order_relaxed);
+      if (c.events > 0 && appended_ != nullptr) appended_->notify();
       for (std::size_t i = begin; i < end; ++i) {
         auto done = std::move(ops[i].done);
         if (done) done(std::move(results[i - begin]));
@@ -137,6 +138,12 @@ Result<void> check_continues(const std::string& shown_id, std::uint64_t first, s
   return {};
 }
 
+namespace {
+Error no_queries() { return Error(ErrorCode::invalid_argument, "this journal keeps no global order to query"); }
+}  // namespace
+
+Result<EventPage> JournalReader::query_events(const EventQuery&) { return no_queries(); }
+
 std::vector<Result<Recovery>> JournalReader::recover_many(const std::vector<std::string>& ids) {
   std::vector<Result<Recovery>> out;
   out.reserve(ids.size());
@@ -155,7 +162,8 @@ JournalEngine::~JournalEngine() {
 
 void JournalEngine::open(std::vector<std::unique_ptr<JournalLane>> lanes,
                          std::vector<std::unique_ptr<JournalReader>> readers) {
-  writes_ = std::make_unique<GroupCommit>(std::move(lanes), options_.max_batch_events, options_.closed_error);
+  writes_ = std::make_unique<GroupCommit>(std::move(lanes), options_.max_batch_events, options_.closed_error,
+                                         &listeners_);
   reads_ = std::make_unique<ReaderPool<JournalReader>>(std::move(readers));
 }
 
@@ -233,6 +241,12 @@ void JournalEngine::highest_fence(Journal::Callback<std::uint64_t> done) {
 
 void JournalEngine::read_outbox(OutboxQuery query, Journal::Callback<OutboxView> done) {
   read(std::move(done), [query](JournalReader& r) { return r.read_outbox(query); });
+}
+
+void JournalEngine::query_events(EventQuery query, Journal::Callback<EventPage> done) {
+  if (!options_.queries) return done(no_queries());
+  if (auto v = validate_query(query); !v) return done(std::move(v).error());
+  read(std::move(done), [query = std::move(query)](JournalReader& r) { return r.query_events(query); });
 }
 
 void JournalEngine::recover(std::string id, Journal::Callback<Recovery> done) {
@@ -335,6 +349,18 @@ void GroupCommitJournal::settle_outbox(OutboxSettlement settlement, Callback<voi
 void GroupCommitJournal::read_outbox(OutboxQuery query, Callback<OutboxView> done) {
   engine_->read_outbox(query, std::move(done));
 }
+
+bool GroupCommitJournal::supports_queries() const noexcept { return engine_->supports_queries(); }
+
+void GroupCommitJournal::query_events(EventQuery query, Callback<EventPage> done) {
+  engine_->query_events(std::move(query), std::move(done));
+}
+
+std::uint64_t GroupCommitJournal::add_append_listener(std::function<void()> listener) {
+  return engine_->add_append_listener(std::move(listener));
+}
+
+void GroupCommitJournal::remove_append_listener(std::uint64_t id) { engine_->remove_append_listener(id); }
 
 JournalStats GroupCommitJournal::journal_stats() const { return engine_->stats(); }
 

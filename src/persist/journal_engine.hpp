@@ -43,6 +43,7 @@
 #include <utility>
 #include <vector>
 
+#include "append_listeners.hpp"
 #include "troupe/persist/journal.hpp"
 
 namespace troupe::detail {
@@ -100,6 +101,9 @@ class JournalReader {
   virtual Result<std::uint64_t> highest_fence() = 0;
   // The outbox's counts and entries (outbox.hpp).
   virtual Result<OutboxView> read_outbox(const OutboxQuery& query) = 0;
+  // A page of the global order (event_query.hpp); `query` is valid. The
+  // default answers invalid_argument: a back end without queries.
+  virtual Result<EventPage> query_events(const EventQuery& query);
 };
 
 // The highest sequence number of an id, as stored: the largest stored seq
@@ -117,8 +121,10 @@ Result<void> check_continues(const std::string& shown_id, std::uint64_t first, s
 
 class GroupCommit {
  public:
+  // `appended` (may be null; outlives this) is notified after every
+  // transaction that stored events, before its callbacks run.
   GroupCommit(std::vector<std::unique_ptr<JournalLane>> lanes, std::size_t max_weight,
-              std::function<Error()> closed_error);
+              std::function<Error()> closed_error, AppendListeners* appended = nullptr);
   ~GroupCommit();
   GroupCommit(const GroupCommit&) = delete;
   GroupCommit& operator=(const GroupCommit&) = delete;
@@ -158,6 +164,7 @@ class GroupCommit {
   std::vector<std::unique_ptr<Lane>> lanes_;
   const std::size_t max_weight_;
   const std::function<Error()> closed_error_;
+  AppendListeners* const appended_;
   std::atomic<std::uint64_t> append_failures_{0};
   std::atomic<std::uint64_t> transactions_{0};
   std::atomic<std::uint64_t> events_written_{0};
@@ -248,6 +255,8 @@ class JournalEngine {
     // when they wait for a busy reader; 1: each is a read of its own.
     std::size_t recover_batch = 1;
     std::function<Error()> closed_error;  // what operations get once the journal is closed
+    // The readers answer query_events (JournalReader::query_events).
+    bool queries = false;
   };
 
   explicit JournalEngine(Options options) : options_(std::move(options)) {}
@@ -278,6 +287,14 @@ class JournalEngine {
   void recover(std::string id, Journal::Callback<Recovery> done);
   void highest_fence(Journal::Callback<std::uint64_t> done);
   void read_outbox(OutboxQuery query, Journal::Callback<OutboxView> done);
+  bool supports_queries() const noexcept { return options_.queries; }
+  // Validates `query`, then runs it on a reader.
+  void query_events(EventQuery query, Journal::Callback<EventPage> done);
+  // The listeners (event_query.hpp "Live"): local commits notify them; a
+  // back end that hears of other processes' commits calls notify_appended.
+  std::uint64_t add_append_listener(std::function<void()> f) { return listeners_.add(std::move(f)); }
+  void remove_append_listener(std::uint64_t id) { listeners_.remove(id); }
+  void notify_appended() { listeners_.notify(); }
 
   // Counters (monotonic): see GroupCommit.
   std::uint64_t transactions() const noexcept { return writes_->transactions(); }
@@ -299,6 +316,7 @@ class JournalEngine {
   void recover_waiting(JournalReader* r);
 
   const Options options_;
+  AppendListeners listeners_;  // declared before the lanes, which notify it
   std::unique_ptr<GroupCommit> writes_;
   std::unique_ptr<ReaderPool<JournalReader>> reads_;
   std::mutex recover_mu_;

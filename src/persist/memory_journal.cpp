@@ -1,6 +1,10 @@
 #include "troupe/persist/memory_journal.hpp"
 
+#include "append_listeners.hpp"
+
 namespace troupe {
+
+MemoryJournal::MemoryJournal() : listeners_(std::make_unique<detail::AppendListeners>()) {}
 
 MemoryJournal::~MemoryJournal() {
   // Appends still held are failed, not dropped: their callers get an answer.
@@ -38,6 +42,7 @@ Result<void> MemoryJournal::apply_append(AppendBatch& batch) {
   }
   for (auto& e : batch.events) {
     log.highest = e.seq;
+    ordered_.emplace(next_ordering_++, Placed{batch.persistence_id, e.seq});
     log.events.emplace(e.seq, std::move(e));
   }
   return {};
@@ -53,6 +58,7 @@ void MemoryJournal::append(AppendBatch batch, Callback<void> done) {
     }
     r = apply_append(batch);
   }
+  if (r) listeners_->notify();
   done(std::move(r));
 }
 
@@ -70,6 +76,7 @@ void MemoryJournal::release_held() {
     held.swap(held_);
     for (auto& [b, cb] : held) results.push_back(apply_append(b));
   }
+  if (!held.empty()) listeners_->notify();
   for (std::size_t i = 0; i < held.size(); ++i) held[i].second(std::move(results[i]));
 }
 

@@ -15,6 +15,8 @@
 //     std::optional<troupe::Processing<Event>> processing(const State& s) const;  // optional member
 //     State initial_state() const;                         // optional member; else State{}
 //     void on_processing_timeout(const State&, troupe::EntityContext<Payment>&);  // optional member
+//     std::vector<std::string> tags(const Event& e) const;  // optional member: tags stored with
+//                                                            // each event, for queries (event_query.hpp)
 //   };
 //
 // The command handler decides; the event handler folds a stored event into

@@ -22,6 +22,7 @@
 // waited for it.
 
 #include <memory>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,11 @@ class FencedJournal final : public Journal {
   void claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) override;
   void settle_outbox(OutboxSettlement settlement, Callback<void> done) override;
   void read_outbox(OutboxQuery query, Callback<OutboxView> done) override;
+  // The inner journal's queries and listeners, not gated (reads).
+  bool supports_queries() const noexcept override;
+  void query_events(EventQuery query, Callback<EventPage> done) override;
+  std::uint64_t add_append_listener(std::function<void()> listener) override;
+  void remove_append_listener(std::uint64_t id) override;
 
   const Fence& fence() const noexcept;
   // The raise's outcome once known; nullopt while it is in flight.

@@ -18,6 +18,7 @@
 // the inner journal runs them).
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,6 +70,14 @@ class ForwardingJournal : public Journal {
   void read_outbox(OutboxQuery query, Callback<OutboxView> done) override {
     inner_->read_outbox(query, std::move(done));
   }
+  bool supports_queries() const noexcept override { return inner_->supports_queries(); }
+  void query_events(EventQuery query, Callback<EventPage> done) override {
+    inner_->query_events(std::move(query), std::move(done));
+  }
+  std::uint64_t add_append_listener(std::function<void()> listener) override {
+    return inner_->add_append_listener(std::move(listener));
+  }
+  void remove_append_listener(std::uint64_t id) override { inner_->remove_append_listener(id); }
 
  protected:
   Journal& inner() const noexcept { return *inner_; }

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "troupe/core/result.hpp"
+#include "troupe/persist/event_query.hpp"
 #include "troupe/persist/outbox.hpp"
 
 namespace troupe {
@@ -69,8 +70,27 @@ struct EventRecord {
   // of the request that caused the event, SPEC X4; empty for none. Stored
   // and read back as it is; entities fill it from the current trace.
   std::string trace_id{};
+  // Tags for queries across entities (event_query.hpp "Tags"); stored and
+  // read back as they are, in their order.
+  std::vector<std::string> tags{};
 
   friend bool operator==(const EventRecord&, const EventRecord&) = default;
+};
+
+// One event as a query across entities returns it (event_query.hpp).
+struct StreamEvent {
+  JournalOffset offset;        // its place in the global order
+  std::string persistence_id;  // whose event it is
+  EventRecord event;           // seq, manifest, payload, trace id, tags
+
+  friend bool operator==(const StreamEvent&, const StreamEvent&) = default;
+};
+
+// A query's answer: up to `limit` events after the query's offset, oldest
+// first. Fewer than `limit` (possibly none) means the reader has caught up
+// with what is visible now.
+struct EventPage {
+  std::vector<StreamEvent> events;
 };
 
 // One stored snapshot: the state after event `seq`.
@@ -182,6 +202,22 @@ class Journal {
   virtual void settle_outbox(OutboxSettlement settlement, Callback<void> done);
   // Counts and lists the stored records (see OutboxQuery).
   virtual void read_outbox(OutboxQuery query, Callback<OutboxView> done);
+
+  // Queries across entities (event_query.hpp). A journal that keeps the
+  // global order says so here; the default query_events answers
+  // invalid_argument: no queries.
+  virtual bool supports_queries() const noexcept { return false; }
+  // The events `query` selects after its offset, in the global order. A
+  // query that breaks validate_query is invalid_argument; a stored event
+  // that cannot be read back intact is corrupt_record.
+  virtual void query_events(EventQuery query, Callback<EventPage> done);
+  // Registers `listener`, called after events were stored (event_query.hpp
+  // "Live"); returns the id that removes it, or 0 when this journal never
+  // calls listeners (its readers poll). After remove_append_listener(id)
+  // returns, the listener is not running and is not called again; never
+  // call it from inside a listener.
+  virtual std::uint64_t add_append_listener(std::function<void()> listener);
+  virtual void remove_append_listener(std::uint64_t id);
 };
 
 // Blocking forms of the operations, for tools, tests and benchmarks. Never
@@ -235,12 +271,16 @@ inline Result<void> settle_outbox(Journal& j, OutboxSettlement s) {
 inline Result<OutboxView> read_outbox(Journal& j, OutboxQuery q) {
   return wait_for<OutboxView>([&](auto cb) { j.read_outbox(q, std::move(cb)); });
 }
+inline Result<EventPage> query_events(Journal& j, EventQuery q) {
+  return wait_for<EventPage>([&](auto cb) { j.query_events(std::move(q), std::move(cb)); });
+}
 
 }  // namespace journal_sync
 
 // Checks a batch against the rules every back end enforces before it
 // touches storage: non-empty id, at least one event, consecutive seqs
-// starting at >= 1. Back ends call it; exposed for their tests.
+// starting at >= 1, tags that pass validate_tag (at most
+// max_tags_per_event per event). Back ends call it; exposed for their tests.
 Result<void> validate_batch(const AppendBatch& batch);
 // Checks a claim and a settlement the same way (invalid_argument).
 Result<void> validate_claim(const OutboxClaim& claim);

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -19,10 +21,13 @@
 #include "troupe/persist/journal.hpp"
 
 namespace troupe {
+namespace detail {
+class AppendListeners;
+}  // namespace detail
 
 class MemoryJournal final : public Journal {
  public:
-  MemoryJournal() = default;
+  MemoryJournal();
   ~MemoryJournal() override;
 
   void append(AppendBatch batch, Callback<void> done) override;
@@ -42,6 +47,12 @@ class MemoryJournal final : public Journal {
   void claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) override;
   void settle_outbox(OutboxSettlement settlement, Callback<void> done) override;
   void read_outbox(OutboxQuery query, Callback<OutboxView> done) override;
+  // The global order is the arrival order; listeners run on the appending
+  // thread after its append (memory_query.cpp).
+  bool supports_queries() const noexcept override { return true; }
+  void query_events(EventQuery query, Callback<EventPage> done) override;
+  std::uint64_t add_append_listener(std::function<void()> listener) override;
+  void remove_append_listener(std::uint64_t id) override;
 
   // Test controls.
   // From now on appends wait (in order) until release_held().
@@ -69,6 +80,11 @@ class MemoryJournal final : public Journal {
     std::uint64_t lease_incarnation = 0;
     std::int64_t lease_until_ms = 0;
   };
+  // Where an event sits in the global order.
+  struct Placed {
+    std::string persistence_id;
+    std::uint64_t seq = 0;
+  };
   Result<void> apply_append(AppendBatch& batch);
   // Checks the batch's outbox keys, then stores its records (mu_ held).
   Result<void> check_outbox(const AppendBatch& batch) const;
@@ -77,6 +93,9 @@ class MemoryJournal final : public Journal {
   mutable std::mutex mu_;
   std::map<std::string, Log, std::less<>> logs_;
   std::map<std::string, std::uint64_t, std::less<>> fences_;
+  std::map<std::uint64_t, Placed> ordered_;  // the global order: ordering -> event
+  std::uint64_t next_ordering_ = 1;
+  std::unique_ptr<detail::AppendListeners> listeners_;
   std::map<std::uint64_t, StoredEffect> outbox_;  // by arrival: oldest first
   std::map<std::string, std::uint64_t, std::less<>> outbox_keys_;  // key -> arrival
   std::uint64_t outbox_arrivals_ = 0;

@@ -37,6 +37,13 @@ void EntityActor<B>::start_persist(Eff&& eff, bool is_timeout) {
       if (enc.ok())
         if (auto se = add_side_effects(behavior_, e, pid(), seq + 1, batch.outbox); !se) enc = std::move(se).error();
     }
+    std::vector<std::string> tags;
+    if constexpr (HasTags<B>) {
+      if (enc.ok()) {
+        if (auto t = tags_of(behavior_, e); t) tags = std::move(*t);
+        else enc = std::move(t).error();
+      }
+    }
     if (!enc.ok()) {
       // Nothing was stored: the command fails, the entity carries on.
       Error err(enc.error().code(),
@@ -46,7 +53,7 @@ void EntityActor<B>::start_persist(Eff&& eff, bool is_timeout) {
       return;
     }
     batch.events.push_back(
-        EventRecord{++seq, ts, std::move(enc->type), enc->version, std::move(enc->payload)});
+        EventRecord{++seq, ts, std::move(enc->type), enc->version, std::move(enc->payload), {}, std::move(tags)});
   }
   // Stored with the trace of the command (or the episode) that decided them.
   inflight_trace_ = TraceRef::current();

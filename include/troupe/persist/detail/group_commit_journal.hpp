@@ -14,6 +14,7 @@
 // operation.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -49,6 +50,12 @@ class GroupCommitJournal : public Journal {
   void claim_outbox(OutboxClaim claim, Callback<std::vector<OutboxEntry>> done) override;
   void settle_outbox(OutboxSettlement settlement, Callback<void> done) override;
   void read_outbox(OutboxQuery query, Callback<OutboxView> done) override;
+  // Queries across entities, when the back end answers them; listeners
+  // hear of every local commit that stored events.
+  bool supports_queries() const noexcept override;
+  void query_events(EventQuery query, Callback<EventPage> done) override;
+  std::uint64_t add_append_listener(std::function<void()> listener) override;
+  void remove_append_listener(std::uint64_t id) override;
 
   // Counters for metrics and benchmarks (monotonic, thread-safe).
   struct Stats {
