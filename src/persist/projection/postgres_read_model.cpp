@@ -7,12 +7,13 @@
 #include <libpq-fe.h>
 
 #include <chrono>
-#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+
+#include "guarded_body.hpp"
 
 namespace troupe {
 
@@ -236,15 +237,7 @@ Error moved(std::string_view key, std::optional<JournalOffset> from) {
 
 Result<void> in_transaction(PostgresTransaction::Impl& w, const std::function<Result<void>()>& body) {
   if (auto r = w.simple("BEGIN"); !r) return r;
-  Result<void> r = [&]() -> Result<void> {
-    try {
-      return body();
-    } catch (const std::exception& e) {
-      return Error(ErrorCode::journal_failed, std::string("the read model's handler threw: ") + e.what());
-    } catch (...) {
-      return Error(ErrorCode::journal_failed, "the read model's handler threw something not an exception");
-    }
-  }();
+  Result<void> r = detail::guarded_body(body);
   if (r) r = w.simple("COMMIT");
   if (!r && w.in_transaction()) (void)w.simple("ROLLBACK");
   return r;

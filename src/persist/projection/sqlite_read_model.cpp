@@ -6,13 +6,13 @@
 
 #include <sqlite3.h>
 
-#include <exception>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
 
 #include "../sqlite/sqlite_support.hpp"
+#include "guarded_body.hpp"
 
 namespace troupe {
 
@@ -215,15 +215,7 @@ namespace {
 // any failure (an exception from body included).
 Result<void> in_transaction(SqliteTransaction::Impl& w, const std::function<Result<void>()>& body) {
   if (auto r = w.run("BEGIN IMMEDIATE", {}, nullptr); !r) return r;
-  Result<void> r = [&]() -> Result<void> {
-    try {
-      return body();
-    } catch (const std::exception& e) {
-      return Error(ErrorCode::journal_failed, std::string("the read model's handler threw: ") + e.what());
-    } catch (...) {
-      return Error(ErrorCode::journal_failed, "the read model's handler threw something not an exception");
-    }
-  }();
+  Result<void> r = detail::guarded_body(body);
   if (r) r = w.run("COMMIT", {}, nullptr);
   if (!r && !sqlite3_get_autocommit(w.db())) (void)w.run("ROLLBACK", {}, nullptr);
   return r;
