@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "guarded_body.hpp"
@@ -219,16 +220,6 @@ constexpr const char* kFirstOffset =
     "INSERT INTO troupe_projection_offsets (projection, tx, ordering, updated_ms) VALUES ($1, $2, $3, $4)";
 constexpr std::string_view kUniqueViolation = "23505";
 
-Result<std::optional<JournalOffset>> offset_of(const std::vector<SqlRow>& rows, std::string_view key) {
-  if (rows.empty()) return std::optional<JournalOffset>{};
-  const auto* tx = std::get_if<std::int64_t>(&rows[0][0]);
-  const auto* ord = std::get_if<std::int64_t>(&rows[0][1]);
-  if (tx == nullptr || ord == nullptr || *tx < 0 || *ord < 0)
-    return Error(ErrorCode::corrupt_record, "postgres read model: the offset of projection '" + std::string(key) +
-                                                "' is not two non-negative integers");
-  return std::optional<JournalOffset>(JournalOffset{static_cast<std::uint64_t>(*tx), static_cast<std::uint64_t>(*ord)});
-}
-
 Error moved(std::string_view key, std::optional<JournalOffset> from) {
   return Error(ErrorCode::journal_conflict, "projection '" + std::string(key) + "': its stored offset is no longer " +
                                                 (from ? from->to_string() : std::string("none")) +
@@ -276,7 +267,18 @@ Result<std::optional<JournalOffset>> PostgresReadModel::load_offset(std::string_
   std::lock_guard lk(state_->write_mu);
   std::vector<SqlRow> rows;
   if (auto r = state_->writer->run(kSelectOffset, {key}, &rows); !r) return std::move(r).error();
-  return offset_of(rows, key);
+  if (rows.empty()) return std::optional<JournalOffset>{};
+  std::int64_t tx = -1, ordering = -1;
+  if (rows.front().size() == 2) {
+    std::visit([&](const auto& v) { if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::int64_t>) tx = v; },
+               rows.front().front());
+    std::visit([&](const auto& v) { if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::int64_t>) ordering = v; },
+               rows.front().back());
+  }
+  if (tx < 0 || ordering < 0)
+    return Error(ErrorCode::corrupt_record, "postgres read model: the offset of projection '" + std::string(key) +
+                                                "' is not two non-negative integers");
+  return std::optional<JournalOffset>(JournalOffset{static_cast<std::uint64_t>(tx), static_cast<std::uint64_t>(ordering)});
 }
 
 Result<void> PostgresReadModel::transact(std::string_view key, std::optional<JournalOffset> from, JournalOffset to,
