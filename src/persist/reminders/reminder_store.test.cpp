@@ -2,7 +2,9 @@
 // memory, SQLite (its own file, and a journal's file) and PostgreSQL.
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -167,6 +169,71 @@ TEST_P(StoreContract, many_due_reminders_come_in_pages_in_due_order) {
     }
   }
   EXPECT_EQ(seen, 250u);
+}
+
+// The SQLite file rule (doc/reminders.md): the store adds its table to a
+// journal's file and the journal keeps working beside it, before and after a
+// reopen; a file of another application is refused and left as it was; a
+// reminders-only file is not a journal.
+TEST(SqliteReminderFile, the_store_shares_a_journal_file_and_the_journal_still_opens_it) {
+  troupe::test::TempDir dir;
+  const std::string path = dir.file("node.db");
+  auto journal = troupe::SqliteJournal::open({.path = path});
+  ASSERT_TRUE(journal.ok()) << journal.error().to_string();
+  auto store = troupe::open_sqlite_reminder_store({.path = path});
+  ASSERT_TRUE(store.ok()) << store.error().to_string();
+  ASSERT_TRUE(troupe::journal_sync::append(**journal, troupe::test::batch("pay|a", 1, 3)).ok());
+  ASSERT_TRUE((*store)->set(spec("pay|a", "expire", 10)).ok());
+  ASSERT_TRUE(troupe::journal_sync::append(**journal, troupe::test::batch("pay|a", 4, 4)).ok());
+  store->reset();
+  journal->reset();
+
+  auto again = troupe::SqliteJournal::open({.path = path});
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  EXPECT_EQ(troupe::test::seqs(*troupe::journal_sync::replay(**again, "pay|a")),
+            (std::vector<std::uint64_t>{1, 2, 3, 4}));
+  auto reopened = troupe::open_sqlite_reminder_store({.path = path});
+  ASSERT_TRUE(reopened.ok()) << reopened.error().to_string();
+  EXPECT_EQ((*reopened)->list("pay|a")->size(), 1u);
+}
+
+TEST(SqliteReminderFile, a_file_of_another_application_is_refused_and_left_alone) {
+  troupe::test::TempDir dir;
+  const std::string path = dir.file("other.db");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE accounts (id INTEGER)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto store = troupe::open_sqlite_reminder_store({.path = path});
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.error().code(), ErrorCode::journal_failed);
+  EXPECT_NE(store.error().message().find("another application"), std::string::npos) << store.error().message();
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'reminders'", -1, &q, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(q, 0), 0);
+  sqlite3_finalize(q);
+  sqlite3_close(db);
+
+  auto not_a_db = dir.file("text.db");
+  std::FILE* f = std::fopen(not_a_db.c_str(), "w");
+  std::fputs("this is not a database, just text long enough to fill a header of one hundred bytes........", f);
+  std::fclose(f);
+  auto refused = troupe::open_sqlite_reminder_store({.path = not_a_db});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code(), ErrorCode::journal_failed);
+  EXPECT_EQ(troupe::open_sqlite_reminder_store({.path = ""}).error().code(), ErrorCode::invalid_argument);
+}
+
+TEST(SqliteReminderFile, a_reminders_only_file_is_not_a_journal) {
+  troupe::test::TempDir dir;
+  const std::string path = dir.file("reminders.db");
+  ASSERT_TRUE(troupe::open_sqlite_reminder_store({.path = path}).ok());
+  auto journal = troupe::SqliteJournal::open({.path = path});
+  ASSERT_FALSE(journal.ok()) << "open the journal first to share its file";
+  EXPECT_NE(journal.error().message().find("another application"), std::string::npos) << journal.error().message();
 }
 
 std::vector<Backend> backends() {
