@@ -143,7 +143,9 @@ class ReminderService {
 // A Deliver that tells the reminder's entity of `registry` the command
 // make(reminder) builds, activating (recovering) it if it is passivated.
 // The owner is the entity id, or its persistence id "<type>|<id>" with this
-// registry's type. A delivery succeeds once the registry took the command.
+// registry's type. A delivery succeeds once the registry took the command:
+// a crash after the firing was recorded and before the entity handled the
+// command loses that firing (use ask_entities where that matters).
 template <class B, class Make>
 ReminderDeliver deliver_to_entities(EntityRegistry<B> registry, Make make) {
   return [registry, make = std::move(make)](const Reminder& r) -> Future<void> {
@@ -154,6 +156,33 @@ ReminderDeliver deliver_to_entities(EntityRegistry<B> registry, Make make) {
     if (id.size() > type.size() && id.substr(0, type.size()) == type && id[type.size()] == '|')
       id.remove_prefix(type.size() + 1);
     p.set_result(registry.tell(id, typename B::Command(make(r))));
+    return f;
+  };
+}
+
+// A Deliver that asks the reminder's entity (owner as for
+// deliver_to_entities) with the command make(reminder, ReplyTo<R>) builds:
+// the delivery succeeds when the entity answers (any value), fails on an
+// error answer or none within `timeout`. The firing is then recorded only
+// after the entity handled the command (stored its events), so a crash
+// anywhere delivers it again rather than losing it.
+template <class R, class B, class Make>
+ReminderDeliver ask_entities(EntityRegistry<B> registry, Make make, Duration timeout) {
+  return [registry, make = std::move(make), timeout](const Reminder& r) -> Future<void> {
+    auto p = std::make_shared<Promise<void>>();
+    Future<void> f = p->future();
+    std::string_view id = r.owner;
+    const std::string& type = registry.settings().type_name;
+    if (id.size() > type.size() && id.substr(0, type.size()) == type && id[type.size()] == '|')
+      id.remove_prefix(type.size() + 1);
+    registry.template ask<R>(id, [&](ReplyTo<R> to) { return make(r, std::move(to)); }, timeout)
+        .then([p](Result<R> answer) {
+          if (answer) {
+            p->set_value();
+          } else {
+            p->set_error(std::move(answer).error());
+          }
+        });
     return f;
   };
 }

@@ -36,7 +36,12 @@ struct Ring {
 struct Read {
   ReplyTo<std::string> reply_to;
 };
-using ClerkCmd = std::variant<Arm, Ring, Read>;
+// A ring that is answered once its event is stored (for ask_entities).
+struct RingAck {
+  std::string name;
+  ReplyTo<std::string> reply_to;
+};
+using ClerkCmd = std::variant<Arm, Ring, Read, RingAck>;
 
 struct Armed {
   std::string name;
@@ -75,6 +80,11 @@ struct Clerk {
                           },
                           [&](Ring& r) -> Effect { return Effect::persist(Rang{r.name}); },
                           [&](Read& r) -> Effect { return Effect::reply(r.reply_to, joined(s)); },
+                          [&](RingAck& r) -> Effect {
+                            return Effect::persist(Rang{r.name}).then_reply(r.reply_to, [](const State& st) {
+                              return joined(st);
+                            });
+                          },
                       },
                       c);
   }
@@ -149,6 +159,9 @@ class EntityReminders : public ::testing::Test {
     system.reset();
   }
   void settle() { ASSERT_TRUE(system->wait_idle(10s)); }
+  std::int64_t ms_now() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(clock->wall_now().time_since_epoch()).count();
+  }
   void advance(Duration total) {
     for (Duration done{}; done < total; done += 1s) {
       clock->advance(std::min<Duration>(1s, total - done));
@@ -205,6 +218,33 @@ TEST_F(EntityReminders, a_periodic_reminder_outlives_its_node_and_fires_once_for
   EXPECT_EQ(read("c2"), "armed audit, rang audit, rang audit") << "not before the next boundary";
   advance(1s);
   EXPECT_EQ(read("c2"), "armed audit, rang audit, rang audit, rang audit");
+}
+
+TEST_F(EntityReminders, an_asked_delivery_succeeds_once_the_entity_stored_its_event_and_is_retried_while_it_cannot) {
+  service->stop();
+  settle();
+  ReminderSettings rs;
+  rs.log = false;
+  rs.min_backoff = 1s;
+  auto asked = ReminderService::start(
+      *system, store, rs,
+      ask_entities<std::string>(
+          *reg, [](const Reminder& m, ReplyTo<std::string> t) { return RingAck{m.name, std::move(t)}; }, 5s));
+  ASSERT_TRUE(asked.ok());
+  // The journal refuses the first append: the entity stops, the ask fails,
+  // the firing stays and is delivered again after the back-off.
+  journal->fail_next_appends(1, Error(ErrorCode::journal_failed, "disk full"));
+  ASSERT_TRUE(store->set({"clerk|c4", "expire", ms_now() + 1000, 0, {}}).ok());
+  asked->poke();
+  advance(1s);
+  EXPECT_EQ(asked->stats().failed, 1u);
+  EXPECT_EQ(store->list("clerk|c4")->size(), 1u);
+  advance(1s);
+  EXPECT_EQ(asked->stats().delivered, 1u);
+  EXPECT_TRUE(store->list("clerk|c4")->empty());
+  EXPECT_EQ(read("c4"), "rang expire");
+  asked->stop();
+  settle();
 }
 
 TEST_F(EntityReminders, reminders_of_another_type_or_a_bare_id_go_where_their_owner_says) {
