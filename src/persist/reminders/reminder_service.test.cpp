@@ -313,6 +313,14 @@ void Service::outage(std::shared_ptr<ReminderStore> target) {
     ASSERT_TRUE(r.ok());
     svc.emplace(*r);
   }
+  settle();
+  {
+    std::lock_guard lk(mu);
+    auto first = svc->stats();
+    EXPECT_EQ(first.due_now, static_cast<std::uint64_t>(kCount)) << "all due, counted when the first page was taken";
+    EXPECT_EQ(first.oldest_lag_ms, 60'000) << "the oldest fell due when the outage began";
+    EXPECT_EQ(first.delivered, 100u) << "the first burst, at once";
+  }
   for (int step = 0; step < 1200 && box.size() < static_cast<std::size_t>(kCount); ++step) advance(100ms);
   auto got = box.got();
   ASSERT_EQ(got.size(), static_cast<std::size_t>(kCount));
