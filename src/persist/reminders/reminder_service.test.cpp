@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "../journal_test_support.hpp"
+#include "../postgres/postgres_test_server.hpp"
 #include "troupe/core.hpp"
 #include "troupe/persist.hpp"
 #include "troupe/testkit/manual_clock_fixture.hpp"
@@ -114,6 +116,7 @@ class Service : public troupe::testkit::ManualClockTest {
   }
 
   void outage(std::shared_ptr<ReminderStore> target);
+  void restart(const std::function<std::shared_ptr<ReminderStore>()>& open);
 
   std::shared_ptr<ReminderStore> store = troupe::make_memory_reminder_store();
   ReminderSettings settings;
@@ -256,12 +259,11 @@ TEST_F(Service, bad_settings_are_refused) {
   EXPECT_FALSE(ReminderService::start(system, store, settings, nullptr).ok());
 }
 
-// A service over an SQLite file is stopped; a new system and service on the
-// same file deliver what it left (due while nothing ran, and later).
-// proves: R2
-TEST_F(Service, a_new_service_over_the_same_sqlite_file_delivers_what_the_stopped_one_left) {
-  troupe::test::TempDir dir;
-  store = *troupe::open_sqlite_reminder_store({.path = dir.file("r.db")});
+// A service over a database is stopped and its store closed; a new service
+// on a new connection to the same database delivers what it left (due while
+// nothing ran, and later).
+void Service::restart(const std::function<std::shared_ptr<ReminderStore>()>& open) {
+  store = open();
   auto svc = start();
   ASSERT_TRUE(svc.handle().set("pay|a", "x", clock->wall_now() + 1s).get().ok());
   ASSERT_TRUE(svc.handle().set("pay|b", "y", clock->wall_now() + 20s, 10s).get().ok());
@@ -271,13 +273,26 @@ TEST_F(Service, a_new_service_over_the_same_sqlite_file_delivers_what_the_stoppe
   advance(30s);
   EXPECT_EQ(inbox.size(), 0u);
 
-  store = *troupe::open_sqlite_reminder_store({.path = dir.file("r.db")});
+  store = open();
   auto again = start();
   ASSERT_EQ(inbox.size(), 2u);
   EXPECT_EQ(inbox.got()[0].reminder.name, "x");
   EXPECT_EQ(inbox.got()[1].reminder.name, "y");
   advance(10s);
   EXPECT_EQ(inbox.size(), 3u);  // y's next period
+}
+
+// proves: R2
+TEST_F(Service, a_new_service_over_the_same_sqlite_file_delivers_what_the_stopped_one_left) {
+  troupe::test::TempDir dir;
+  restart([&] { return *troupe::open_sqlite_reminder_store({.path = dir.file("r.db")}); });
+}
+
+TEST_F(Service, a_new_service_over_the_same_postgres_schema_delivers_what_the_stopped_one_left) {
+  const std::string schema = troupe::test::fresh_schema();
+  restart([&] {
+    return *troupe::open_postgres_reminder_store({.conninfo = troupe::test::shared_postgres_conninfo(), .schema = schema});
+  });
 }
 
 // The bar: 100,000 reminders fall due during a 60 s outage (no service).
