@@ -117,6 +117,8 @@ class Reminders {
   std::shared_ptr<detail::ReminderCore> core_;
 };
 
+// The service of one store (see the top of this file). A handle: copies
+// share one actor of the system; every member is thread-safe.
 class ReminderService {
  public:
   // invalid_argument: no store or no deliver function, a rate, burst,

@@ -73,6 +73,8 @@ struct ReminderSummary {
 
 // The storage of reminders. See the top of this file for the rules every
 // back end keeps; the contract test (reminder_store.test.cpp) runs them all.
+// Ownership: held through a shared_ptr by its callers and the service that
+// runs it; it owns its connection. Thread safety: every member, any thread.
 class ReminderStore {
  public:
   virtual ~ReminderStore() = default;
