@@ -35,6 +35,8 @@ class PostgresReminderStore final : public ReminderStore {
     if (!conn_ || PQstatus(conn_.get()) != CONNECTION_OK)
       return Error(ErrorCode::journal_failed,
                    "postgres reminders: cannot connect: " + (conn_ ? pg::trim(PQerrorMessage(conn_.get())) : "no memory"));
+    // "already exists, skipping" and the like are not for stderr.
+    PQsetNoticeProcessor(conn_.get(), [](void*, const char*) {}, nullptr);
     // One creator at a time: concurrent CREATE ... IF NOT EXISTS can clash.
     const std::string sql = "BEGIN; SELECT pg_advisory_xact_lock(" +
                             std::to_string(pg::fence_lock(options_.schema, "reminders")) +

@@ -78,7 +78,10 @@ class ReminderActor final : public Actor<ReminderMsg> {
 
   void receive(ReminderMsg& m) {
     std::visit(overloaded{
-                   [&](ReminderWake&) { pump(); },
+                   [&](ReminderWake&) {
+                     cooling_ = false;
+                     pump();
+                   },
                    [&](ReminderFinished& f) { finish(f.attempt, std::move(f.result), f.timed_out); },
                    [&](ReminderSet& s) {
                      drop_queued(s.spec.owner, s.spec.name);
@@ -100,7 +103,7 @@ class ReminderActor final : public Actor<ReminderMsg> {
  private:
   void pump() {
     refill();
-    if (queue_.empty() && running_.empty()) fetch();
+    if (queue_.empty() && running_.empty() && !cooling_) fetch();
     const auto& st = core_->settings;
     while (!queue_.empty() && running_.size() < st.max_in_flight && tokens_ >= 1.0 - kSlack) {
       tokens_ -= 1.0;
@@ -154,7 +157,7 @@ class ReminderActor final : public Actor<ReminderMsg> {
     }
     if (!running_.empty()) return;
     Duration d = st.poll_interval;
-    if (next_try_) {
+    if (next_try_ && !cooling_) {
       const std::int64_t wait_ms = std::max<std::int64_t>(0, *next_try_ - ms_of(wall_now()));
       if (wait_ms < ms_of(d)) d = std::chrono::milliseconds(wait_ms);
     }
@@ -227,7 +230,11 @@ class ReminderActor final : public Actor<ReminderMsg> {
     core_->held.store(queue_.size() + running_.size(), std::memory_order_relaxed);
   }
 
+  // After a store error the next page waits for the next wake (at most
+  // poll_interval): a store that reads but cannot record would otherwise
+  // have the same reminders taken and delivered again at once, in a loop.
   void store_error(const char* doing, const Error& e) {
+    cooling_ = true;
     add(core_->store_errors);
     log_once(std::string(doing) + ": " + e.to_string());
   }
@@ -244,6 +251,7 @@ class ReminderActor final : public Actor<ReminderMsg> {
   std::deque<Reminder> queue_;
   std::unordered_map<std::uint64_t, Reminder> running_;
   std::optional<std::int64_t> next_try_;
+  bool cooling_ = false;  // a store call failed: no page before the next wake
   std::uint64_t attempts_ = 0;
   double burst_ = 1, tokens_ = 1;
   TimePoint last_refill_{};

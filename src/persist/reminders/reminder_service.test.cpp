@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -239,6 +240,51 @@ TEST_F(Service, a_delivery_that_never_answers_times_out_and_is_tried_again) {
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(s->stats().delivered, 1u);
   EXPECT_TRUE(store->list("o")->empty());
+}
+
+// A store that reads but cannot record, until told.
+class CannotRecord final : public ReminderStore {
+ public:
+  explicit CannotRecord(std::shared_ptr<ReminderStore> inner) : inner_(std::move(inner)) {}
+  std::atomic<bool> broken{true};
+  std::string_view kind() const noexcept override { return "broken"; }
+  troupe::Result<void> set(const ReminderSpec& s) override { return inner_->set(s); }
+  troupe::Result<bool> cancel(std::string_view o, std::string_view n) override { return inner_->cancel(o, n); }
+  troupe::Result<std::vector<Reminder>> list(std::string_view o) override { return inner_->list(o); }
+  troupe::Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit) override {
+    return inner_->take_due(now_ms, limit);
+  }
+  troupe::Result<bool> record_fired(const Reminder& r, std::int64_t t) override {
+    if (broken) return Error(ErrorCode::journal_failed, "disk full");
+    return inner_->record_fired(r, t);
+  }
+  troupe::Result<bool> record_failed(const Reminder& r, std::int64_t t, std::string_view e) override {
+    if (broken) return Error(ErrorCode::journal_failed, "disk full");
+    return inner_->record_failed(r, t, e);
+  }
+  troupe::Result<troupe::ReminderSummary> summary(std::int64_t now_ms) override { return inner_->summary(now_ms); }
+
+ private:
+  std::shared_ptr<ReminderStore> inner_;
+};
+
+// A firing whose record fails is delivered again (at least once), but only
+// after the next wake, not in a loop.
+TEST_F(Service, a_firing_the_store_cannot_record_is_delivered_again_after_a_pause_not_in_a_loop) {
+  auto broken = std::make_shared<CannotRecord>(store);
+  store = broken;
+  set("o", "r", wall());
+  auto svc = start();
+  EXPECT_EQ(inbox.calls(), 1);
+  EXPECT_EQ(svc.stats().store_errors, 1u);
+  advance(999ms);
+  EXPECT_EQ(inbox.calls(), 1) << "no page before the next wake";
+  broken->broken = false;
+  advance(1ms);
+  EXPECT_EQ(inbox.calls(), 2) << "delivered again: the first firing was not recorded";
+  EXPECT_TRUE(store->list("o")->empty());
+  advance(5s);
+  EXPECT_EQ(inbox.calls(), 2);
 }
 
 TEST_F(Service, bad_settings_are_refused) {
