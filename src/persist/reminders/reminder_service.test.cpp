@@ -287,6 +287,19 @@ TEST_F(Service, a_firing_the_store_cannot_record_is_delivered_again_after_a_paus
   EXPECT_EQ(inbox.calls(), 2);
 }
 
+TEST_F(Service, a_handle_without_a_running_service_answers_with_an_error_at_once) {
+  auto svc = start();
+  auto h = svc.handle();
+  svc.stop();
+  settle();
+  auto r = h.set("o", "r", clock->wall_now() + 1s).get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::shutting_down);
+  EXPECT_EQ(h.cancel("o", "r").get().error().code(), ErrorCode::shutting_down);
+  EXPECT_EQ(troupe::Reminders().set("o", "r", clock->wall_now()).get().error().code(), ErrorCode::shutting_down);
+  EXPECT_TRUE(store->list("o")->empty());
+}
+
 TEST_F(Service, bad_settings_are_refused) {
   auto deliver = inbox.deliver(clock);
   auto bad = [&](auto change) {
