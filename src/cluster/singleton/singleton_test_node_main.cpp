@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "singleton_log.hpp"
 #include "troupe/cluster/singleton.hpp"
@@ -52,7 +53,12 @@ class Beacon final : public Actor<Beat> {
     (void)start_periodic_timer("beat", std::chrono::milliseconds(10), Beat{});
   }
   void receive(Beat&) { singleton_test::append_line(fd_, "alive", s_.node, s_.epoch); }
-  void on_stop() { singleton_test::append_line(fd_, "stop", s_.node, s_.epoch); }
+  // Stopping takes a while (it finishes its work): the next instance must
+  // wait for the stop line, not only for the request to stop.
+  void on_stop() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    singleton_test::append_line(fd_, "stop", s_.node, s_.epoch);
+  }
 
  private:
   SingletonStart s_;
