@@ -140,7 +140,7 @@ class Singleton : public ::testing::Test {
     cs.coordination.liveness_threshold = kThreshold;
     cs.coordination.takeover_margin = kMargin;
     cs.coordination.sync_interval = 500ms;
-    cs.coordination.command_timeout = 500ms;
+    cs.coordination.command_timeout = 2s;
     cs.coordination.log = [](CoordinatorLogLevel, std::string_view) {};
     auto c = Cluster::start(*n->system, cs);
     if (!c.ok()) throw std::runtime_error(c.error().to_string());
@@ -299,18 +299,18 @@ TEST_F(Singleton, LeaveHandsItOverStopFirstThenStartWithoutLosingTheLeaversPings
   ping(*first, 1, 20);
   std::uint64_t old_epoch = first->singleton->running_here();
 
-  std::atomic<bool> done{false};
+  // The leaver's proxy pings all through the hand-off, until it sends to
+  // the new instance (a node that has left can send nothing more).
   std::atomic<std::uint64_t> told{20};
   auto p = proxy_of(*first);
-  std::thread pinger([&] {
-    while (!done) {
+  std::thread pinger([&, until = Steady::now() + 20s] {
+    while (p.stats().owner != other.id && Steady::now() < until) {
       if (p.tell(Ping{told + 1}).ok()) ++told;
       std::this_thread::sleep_for(1ms);
     }
   });
   std::this_thread::sleep_for(100ms);
   auto left = first->cluster->leave(10s);
-  done = true;
   pinger.join();
   ASSERT_TRUE(left.ok()) << left.error().to_string();
   EXPECT_EQ(left.value().moved, left.value().units);
