@@ -12,6 +12,7 @@
 //   auto s = troupe::cluster::start_singleton<Settler>(system, *cluster, {.name = "settler", .roles = {"batch"}},
 //                                                       settle_codecs(), journal).value();
 //   (void)s.proxy().tell(RunSettlement{day});   // from any node, wherever it runs now
+//   auto st = s.proxy().ask<Status>([](troupe::ReplyTo<Status> r) { return GetStatus{std::move(r)}; }, 2s);
 //
 // Placement. The singleton is the one unit of the placement group
 // "singleton/<name>" (Coordinator): every node that calls start_singleton
@@ -41,8 +42,9 @@
 // buffer_overflow and counted (stats().refused); never dropped silently.
 // Delivery is at most once, like any tell: a message already sent to a node
 // that crashes before the proxy notices, or that reaches the old node just
-// after it stopped the instance, is a dead letter there. Use an ask with a
-// timeout and an idempotent handler when the caller must know.
+// after it stopped the instance, is a dead letter there. Use an ask (held
+// like a tell, within its timeout) and an idempotent handler when the
+// caller must know.
 //
 // Ownership: start_singleton and singleton_proxy return handles; the actors
 // live in the actor system and the cluster's coordinator serves the group
@@ -101,20 +103,46 @@ class SingletonProxy {
   // Errors: buffer_overflow (`buffer` messages wait already; counted in
   // stats().refused), shutting_down (the proxy or its system stopped).
   Result<void> tell(M m) const {
-    auto& sh = *shared_;
-    if (sh.queued.fetch_add(1, std::memory_order_acq_rel) >= sh.settings.buffer) {
-      sh.queued.fetch_sub(1, std::memory_order_acq_rel);
-      std::uint64_t n = sh.refused.fetch_add(1, std::memory_order_relaxed) + 1;
-      return Error(ErrorCode::buffer_overflow, "singleton '" + sh.settings.name + "': " +
-                                                   std::to_string(sh.settings.buffer) +
-                                                   " messages wait for its instance already (refused so far: " +
-                                                   std::to_string(n) + ")");
-    }
-    if (agent_.tell(detail::singleton::Send<M>{std::move(m)}) != Delivery::delivered) {
-      sh.queued.fetch_sub(1, std::memory_order_acq_rel);
-      return Error(ErrorCode::shutting_down, "singleton '" + sh.settings.name + "': its proxy has stopped");
-    }
-    return {};
+    detail::singleton::Send<M> s;
+    s.msg = std::make_shared<M>(std::move(m));
+    return admit(std::move(s));
+  }
+
+  // Request/response with the instance, wherever it runs: `make(ReplyTo<R>)`
+  // builds the request (its codec registered with its reply's). Held like a
+  // tell while the instance moves. The future completes with the answer, or
+  // with timeout (`timeout` after this call, however long it was held),
+  // buffer_overflow, unreachable (the instance's node was lost while the
+  // request was out: it may or may not have been handled), shutting_down.
+  template <class R, class Make>
+  Future<R> ask(Make make, Duration timeout) const {
+    ActorSystem& sys = *shared_->system;
+    auto [outer, target] = sys.template ask_with<R>([](ReplyTo<R> rt) { return rt; }, timeout);
+    auto answer = std::make_shared<ReplyTo<R>>(std::move(target));
+    detail::singleton::Send<M> s;
+    using AskFn = std::function<void(const RemoteRef<M>*, const ActorRef<M>*)>;
+    s.ask = std::make_shared<AskFn>([make = std::move(make), timeout, answer, &sys](const RemoteRef<M>* remote,
+                                                                                   const ActorRef<M>* local) {
+      auto pass_on = [answer](Result<R> r) {
+        if (!r.ok())
+          answer->fail(std::move(r).error());
+        else if constexpr (std::is_void_v<R>)
+          answer->reply();
+        else
+          answer->reply(std::move(r.value()));
+      };
+      if (remote) {
+        remote->template ask<R>(make, timeout).then(std::move(pass_on));
+        return;
+      }
+      auto [inner, request] = sys.template ask_with<R>(make, timeout);
+      // Refused: the request's target is dropped unanswered, which
+      // completes `inner` with no_reply.
+      if (*local) (void)local->tell(M(std::move(request)));
+      std::move(inner).then(std::move(pass_on));
+    });
+    if (auto r = admit(std::move(s)); !r.ok()) answer->fail(std::move(r).error());
+    return std::move(outer);
   }
 
   SingletonStats stats() const { return shared_->stats(); }
@@ -136,6 +164,22 @@ class SingletonProxy {
   template <class>
   friend class ClusterSingleton;
   friend struct detail::singleton::Access;
+  Result<void> admit(detail::singleton::Send<M> s) const {
+    auto& sh = *shared_;
+    if (sh.queued.fetch_add(1, std::memory_order_acq_rel) >= sh.settings.buffer) {
+      sh.queued.fetch_sub(1, std::memory_order_acq_rel);
+      std::uint64_t n = sh.refused.fetch_add(1, std::memory_order_relaxed) + 1;
+      return Error(ErrorCode::buffer_overflow, "singleton '" + sh.settings.name + "': " +
+                                                   std::to_string(sh.settings.buffer) +
+                                                   " messages wait for its instance already (refused so far: " +
+                                                   std::to_string(n) + ")");
+    }
+    if (agent_.tell(std::move(s)) != Delivery::delivered) {
+      sh.queued.fetch_sub(1, std::memory_order_acq_rel);
+      return Error(ErrorCode::shutting_down, "singleton '" + sh.settings.name + "': its proxy has stopped");
+    }
+    return {};
+  }
   SingletonProxy(std::shared_ptr<detail::singleton::Shared> s, ActorRef<detail::singleton::AgentMsg<M>> a)
       : shared_(std::move(s)), agent_(std::move(a)) {}
   std::shared_ptr<detail::singleton::Shared> shared_;
@@ -170,7 +214,7 @@ template <class M>
 Result<SingletonProxy<M>> singleton_proxy(ActorSystem& system, Cluster& cluster, SingletonSettings settings,
                                           MessageCodecs<M> codecs) {
   if (auto v = validate(settings); !v.ok()) return std::move(v).error();
-  auto shared = std::make_shared<detail::singleton::Shared>(std::move(settings), cluster.node_id());
+  auto shared = std::make_shared<detail::singleton::Shared>(std::move(settings), cluster.node_id(), system);
   auto agent = detail::singleton::spawn_agent<M>(system, cluster, shared,
                                                  std::make_shared<const MessageCodecs<M>>(std::move(codecs)), {});
   if (!agent.ok()) return std::move(agent).error();
@@ -192,7 +236,7 @@ Result<ClusterSingleton<typename A::message_type>> start_singleton(ActorSystem& 
   static_assert(std::constructible_from<A, SingletonStart, Args&...>,
                 "a singleton actor is constructed as A(SingletonStart, args...)");
   if (auto v = validate(settings); !v.ok()) return std::move(v).error();
-  auto shared = std::make_shared<detail::singleton::Shared>(std::move(settings), cluster.node_id());
+  auto shared = std::make_shared<detail::singleton::Shared>(std::move(settings), cluster.node_id(), system);
   detail::singleton::MakeInstance<M> make = [&system, args = std::make_tuple(std::move(args)...)](
                                                 SingletonStart start) {
     std::string name = "singleton/" + start.name + "/" + std::to_string(start.epoch);

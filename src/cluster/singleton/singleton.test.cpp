@@ -28,15 +28,27 @@ using Steady = std::chrono::steady_clock;
 struct Ping {
   std::uint64_t seq = 0;
 };
+// Asks how many pings it got, and on which node it runs.
+struct Count {
+  ReplyTo<std::string> reply_to;
+};
+using BeaconMsg = std::variant<Ping, Count>;
 
-MessageCodecs<Ping> ping_codecs() {
-  MessageCodecs<Ping> c;
+MessageCodecs<BeaconMsg> ping_codecs() {
+  MessageCodecs<BeaconMsg> c;
   (void)c.add<Ping>("test.Ping", [](const Ping& p, ByteWriter& w) { w.u64(p.seq); },
                     [](ByteReader& r) -> Result<Ping> {
                       Ping p;
                       p.seq = r.u64();
                       return r.finish(p);
                     });
+  (void)c.add<Count>(
+      "test.Count", [](const Count&, ByteWriter&) {}, [](ByteReader& r) -> Result<Count> { return r.finish(Count{}); },
+      [](const std::string& s, ByteWriter& w) { w.str(s); },
+      [](ByteReader& r) -> Result<std::string> {
+        std::string s = r.str();
+        return r.finish(std::move(s));
+      });
   return c;
 }
 
@@ -71,7 +83,7 @@ struct Record {
 };
 
 // The singleton: raises its epoch as the fence of what it writes.
-class Beacon final : public Actor<Ping> {
+class Beacon final : public Actor<BeaconMsg> {
  public:
   Beacon(SingletonStart s, std::shared_ptr<Record> rec) : s_(std::move(s)), rec_(std::move(rec)) {}
   void on_start() {
@@ -80,9 +92,10 @@ class Beacon final : public Actor<Ping> {
     std::lock_guard lock(rec_->mu);
     rec_->lives.push_back({s_.node, s_.epoch, Steady::now(), std::nullopt, raised.ok()});
   }
-  void receive(Ping& p) {
+  void receive(BeaconMsg& m) {
     std::lock_guard lock(rec_->mu);
-    rec_->pings.push_back(p.seq);
+    if (auto* p = std::get_if<Ping>(&m)) rec_->pings.push_back(p->seq);
+    if (auto* c = std::get_if<Count>(&m)) c->reply_to.reply(s_.node + " " + std::to_string(rec_->pings.size()));
   }
   // Stopping takes a while (it finishes its work): the next instance must
   // wait for it, not only for the request to stop.
@@ -102,8 +115,8 @@ struct Node {
   std::string id;
   std::unique_ptr<ActorSystem> system;
   std::unique_ptr<Cluster> cluster;
-  std::optional<ClusterSingleton<Ping>> singleton;
-  std::optional<SingletonProxy<Ping>> proxy;
+  std::optional<ClusterSingleton<BeaconMsg>> singleton;
+  std::optional<SingletonProxy<BeaconMsg>> proxy;
 };
 
 constexpr auto kThreshold = 600ms;
@@ -114,7 +127,7 @@ class Singleton : public ::testing::Test {
   troupe::test::RedisTestServer redis;
   std::shared_ptr<Record> rec = std::make_shared<Record>();
   std::vector<std::unique_ptr<Node>> nodes;
-  std::vector<ClusterSingleton<Ping>> extra;  // more singletons, stopped before the clusters
+  std::vector<ClusterSingleton<BeaconMsg>> extra;  // more singletons, stopped before the clusters
 
   void TearDown() override {
     for (auto& s : extra) s.stop();
@@ -158,7 +171,7 @@ class Singleton : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.error().to_string();
     n.singleton.emplace(s.value());
   }
-  SingletonProxy<Ping> proxy_of(Node& n) { return n.singleton ? n.singleton->proxy() : *n.proxy; }
+  SingletonProxy<BeaconMsg> proxy_of(Node& n) { return n.singleton ? n.singleton->proxy() : *n.proxy; }
 
   Node* running_node() {
     Node* found = nullptr;
@@ -219,10 +232,10 @@ TEST_F(Singleton, RunsOnceOnAnEligibleMemberAndProxiesReachItFromEveryNode) {
   for (Node* n : {&a, &b, &c}) host(*n, {"batch"});
   ASSERT_TRUE(test::eventually([&] { return running_count() == 1; }));
   EXPECT_EQ(running_node(), &b);
-  auto p = singleton_proxy<Ping>(*c.system, *c.cluster, settings(), ping_codecs());
+  auto p = singleton_proxy<BeaconMsg>(*c.system, *c.cluster, settings(), ping_codecs());
   EXPECT_FALSE(p.ok()) << "a second proxy of one name on a node";
   auto& d = add("d");
-  auto pd = singleton_proxy<Ping>(*d.system, *d.cluster, settings(), ping_codecs());
+  auto pd = singleton_proxy<BeaconMsg>(*d.system, *d.cluster, settings(), ping_codecs());
   ASSERT_TRUE(pd.ok()) << pd.error().to_string();
   d.proxy.emplace(pd.value());
   std::uint64_t seq = 0;
@@ -233,10 +246,16 @@ TEST_F(Singleton, RunsOnceOnAnEligibleMemberAndProxiesReachItFromEveryNode) {
   auto got = rec->received();
   EXPECT_EQ(got.size(), seq);
   expect_increasing(got);
+  // Asks from the owner's node, other hosts and a proxy-only node.
+  for (Node* n : {&a, &b, &c, &d}) {
+    auto r = proxy_of(*n).ask<std::string>([](ReplyTo<std::string> rt) { return Count{std::move(rt)}; }, 5s).get();
+    ASSERT_TRUE(r.ok()) << n->id << ": " << r.error().to_string();
+    EXPECT_EQ(r.value(), "b " + std::to_string(seq)) << n->id;
+  }
   EXPECT_EQ(rec->snapshot().size(), 1u);
   EXPECT_EQ(running_count(), 1u);
   EXPECT_EQ(proxy_of(d).stats().owner, "b");
-  EXPECT_EQ(proxy_of(d).stats().delivered, 50u);
+  EXPECT_EQ(proxy_of(d).stats().delivered, 51u);  // 50 pings and the ask
 }
 
 // Nobody may host it yet: the proxy holds `buffer` messages, refuses the
@@ -262,7 +281,18 @@ TEST_F(Singleton, TheProxyBuffersUpToItsBoundRefusesVisiblyAndFlushesInOrder) {
   EXPECT_NE(refused.error().message().find("small"), std::string::npos) << refused.error().message();
   EXPECT_EQ(ps.stats().refused, 1u);
   EXPECT_EQ(ps.stats().waiting, 5u);
-  std::this_thread::sleep_for(300ms);
+  // Asks wait like tells, within their timeout.
+  auto count = [](ReplyTo<std::string> rt) { return Count{std::move(rt)}; };
+  auto short_ask = pa.ask<std::string>(count, 100ms);
+  auto held_ask = pa.ask<std::string>(count, 20s);
+  auto refused_ask = ps.ask<std::string>(count, 20s).get();
+  ASSERT_FALSE(refused_ask.ok());
+  EXPECT_EQ(refused_ask.error().code(), ErrorCode::buffer_overflow);
+  EXPECT_EQ(ps.stats().refused, 2u);
+  auto timed_out = short_ask.get();
+  ASSERT_FALSE(timed_out.ok());
+  EXPECT_EQ(timed_out.error().code(), ErrorCode::timeout);
+  std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(rec->received().empty());
   EXPECT_EQ(running_count(), 0u);
 
@@ -281,6 +311,9 @@ TEST_F(Singleton, TheProxyBuffersUpToItsBoundRefusesVisiblyAndFlushesInOrder) {
   EXPECT_EQ(small_got, (std::vector<std::uint64_t>{101, 102, 103, 104, 105}));
   EXPECT_EQ(ps.stats().waiting, 0u);
   EXPECT_EQ(ps.stats().owner, "b");
+  auto held = held_ask.get();
+  ASSERT_TRUE(held.ok()) << held.error().to_string();
+  EXPECT_EQ(held.value().substr(0, 2), "b ");
 }
 
 // The owner leaves: its instance stops before the next starts (a larger

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -35,9 +36,11 @@ namespace troupe::cluster::detail::singleton {
 
 // What the handles and the agent share.
 struct Shared {
-  Shared(SingletonSettings s, std::string n) : settings(std::move(s)), node(std::move(n)) {}
+  Shared(SingletonSettings s, std::string n, ActorSystem& sys)
+      : settings(std::move(s)), node(std::move(n)), system(&sys) {}
   const SingletonSettings settings;
   const std::string node;
+  ActorSystem* const system;
   std::atomic<std::size_t> queued{0};
   std::atomic<std::uint64_t> delivered{0}, refused{0}, lost{0}, moves{0};
   std::atomic<std::uint64_t> running_epoch{0};
@@ -76,9 +79,15 @@ struct Leaving {
   std::uint64_t epoch = 0;
 };
 // From the handles and the coordinator.
+// A tell (msg), or an ask: `ask` sends the request itself, to the
+// instance's node (remote) or to the instance here (local), and carries
+// the answer back to the asker.
+// Shared pointers keep the agent's messages copyable (its timers copy
+// them) whatever M is.
 template <class M>
 struct Send {
-  M msg;
+  std::shared_ptr<M> msg;
+  std::shared_ptr<std::function<void(const RemoteRef<M>* remote, const ActorRef<M>* local)>> ask;
 };
 struct Start {
   std::uint64_t epoch = 0;
@@ -170,28 +179,42 @@ class Agent final : public Actor<AgentMsg<M>> {
   // --- the proxy ---
   void handle(Send<M>& s) {
     if (owner_.empty()) {
-      buffer_.push_back(std::move(s.msg));
+      buffer_.push_back(std::move(s));
       return;
     }
-    if (!deliver(s.msg)) buffer_.push_back(std::move(s.msg));
+    if (!deliver(s)) buffer_.push_back(std::move(s));
   }
 
   // Sends one message to the instance; false (and the owner forgotten) when
-  // its node cannot be reached: the message is then still the caller's.
-  bool deliver(M& m) {
+  // its node cannot be reached: the message is then still the caller's. An
+  // ask is handed to its node however that goes: its asker hears the error.
+  bool deliver(Send<M>& s) {
     if (owner_ == sh_->node) {
-      if (!instance_ || instance_.tell(std::move(m)) != Delivery::delivered)
-        sh_->lost.fetch_add(1, std::memory_order_relaxed);
-      else
+      if (s.ask) {
+        (*s.ask)(nullptr, &instance_);
         sh_->delivered.fetch_add(1, std::memory_order_relaxed);
+      } else if (!instance_ || instance_.tell(std::move(*s.msg)) != Delivery::delivered) {
+        sh_->lost.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        sh_->delivered.fetch_add(1, std::memory_order_relaxed);
+      }
       sh_->queued.fetch_sub(1, std::memory_order_acq_rel);
       return true;
     }
     if (!remote_ || remote_.node() != owner_)
       remote_ = cluster_->remoting().template remote<M>(owner_, instance_name(sh_->settings.name), codecs_);
-    if (!remote_.tell(m).ok()) {
+    if (s.ask) {
+      (*s.ask)(&remote_, nullptr);
+    } else if constexpr (std::is_copy_constructible_v<M>) {
+      if (!remote_.tell(*s.msg).ok()) {
+        forget_owner();
+        return false;
+      }
+    } else if (!remote_.tell(std::move(*s.msg)).ok()) {  // a message that cannot be copied is not held again
       forget_owner();
-      return false;
+      sh_->lost.fetch_add(1, std::memory_order_relaxed);
+      sh_->queued.fetch_sub(1, std::memory_order_acq_rel);
+      return true;
     }
     sh_->delivered.fetch_add(1, std::memory_order_relaxed);
     sh_->queued.fetch_sub(1, std::memory_order_acq_rel);
@@ -335,7 +358,7 @@ class Agent final : public Actor<AgentMsg<M>> {
   std::string owner_;
   std::uint64_t owner_epoch_ = 0;
   std::uint64_t retired_epoch_ = 0;
-  std::deque<M> buffer_;
+  std::deque<Send<M>> buffer_;
   RemoteRef<M> remote_;
   std::map<std::string, RemoteRef<Msg>> peers_;
   // keeper
