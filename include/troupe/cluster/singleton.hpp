@@ -224,7 +224,9 @@ Result<SingletonProxy<M>> singleton_proxy(ActorSystem& system, Cluster& cluster,
 // Starts singleton `settings.name` on this node's side: A runs here when
 // the placement puts it here, constructed as A(SingletonStart, args...);
 // every node that may host it calls this with the same name and roles.
-// `codecs` carry A's messages from the proxies. Errors: invalid_argument
+// `codecs` carry A's messages from the proxies. Blocks until the group's
+// roles are stored in Redis (never call it inside an actor's handler).
+// Errors: invalid_argument
 // (settings; the name in use on this node; other roles declared for the
 // group by a live member), or what the coordinator met (coordination_failed).
 template <class A, class... Args>

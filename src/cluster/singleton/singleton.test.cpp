@@ -223,6 +223,28 @@ TEST_F(Singleton, BadSettingsAreRefusedNamingTheSetting) {
   EXPECT_NE(bad(settings()).find("in use"), std::string::npos);
 }
 
+TEST(SingletonWire, ControlMessagesRoundTripAndTruncatedOnesAreRefused) {
+  using namespace detail::singleton;
+  auto codecs = ctl_codecs<BeaconMsg>();
+  AgentMsg<BeaconMsg> here = Here{"node-b", 42};
+  ByteWriter w;
+  auto id = codecs.encode(here, w);
+  ASSERT_TRUE(id.ok());
+  auto back = codecs.decode(id.value(), w.bytes(), nullptr);
+  ASSERT_TRUE(back.ok()) << back.error().to_string();
+  ASSERT_TRUE(std::holds_alternative<Here>(back.value()));
+  EXPECT_EQ(std::get<Here>(back.value()).node, "node-b");
+  EXPECT_EQ(std::get<Here>(back.value()).epoch, 42u);
+  for (std::size_t cut = 0; cut < w.bytes().size(); ++cut) {
+    auto bad = codecs.decode(id.value(), std::string_view(w.bytes()).substr(0, cut), nullptr);
+    EXPECT_FALSE(bad.ok()) << "cut at " << cut;
+  }
+  // Only the three control messages cross: a Send or a Tick has no codec.
+  AgentMsg<BeaconMsg> tick = Tick{};
+  ByteWriter w2;
+  EXPECT_FALSE(codecs.encode(tick, w2).ok());
+}
+
 // Three hosts, one instance, on the one member holding the role; pings
 // from every node (and a node that only proxies) arrive in order.
 TEST_F(Singleton, RunsOnceOnAnEligibleMemberAndProxiesReachItFromEveryNode) {
