@@ -48,9 +48,8 @@
 //
 // Ownership: start_singleton and singleton_proxy return handles; the actors
 // live in the actor system and the cluster's coordinator serves the group
-// until the cluster leaves or is destroyed. The actors use the cluster: stop
-// them (stop() on a handle) or shut the actor system down before the
-// cluster is destroyed, as for regions. Thread safety: every member of the
+// until the cluster leaves or is destroyed. The actors use the cluster, so
+// destroying the cluster stops them first (Cluster::at_destroy). Thread safety: every member of the
 // handles is thread-safe.
 
 #include <atomic>
@@ -151,13 +150,9 @@ class SingletonProxy {
   // Stops this node's side of the singleton: the proxy (what it holds is
   // dropped) and, if it runs here, the instance, without a hand-off (the
   // unit stays placed here until this node leaves or dies). For shutting
-  // down: call it after Cluster::leave, or before destroying the cluster.
-  // Until it returns (or the actor system has shut down), the cluster must
-  // outlive this side. Waits up to 5 s for the stop. Idempotent.
-  void stop() const {
-    agent_.stop();
-    (void)shared_->stopped_future.wait_for(std::chrono::seconds(5));
-  }
+  // down; destroying the cluster does it too. Waits up to 5 s for the
+  // stop. Idempotent.
+  void stop() const { detail::singleton::stop_agent<M>(agent_, *shared_); }
   explicit operator bool() const noexcept { return shared_ != nullptr; }
 
  private:

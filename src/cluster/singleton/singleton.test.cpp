@@ -127,14 +127,11 @@ class Singleton : public ::testing::Test {
   troupe::test::RedisTestServer redis;
   std::shared_ptr<Record> rec = std::make_shared<Record>();
   std::vector<std::unique_ptr<Node>> nodes;
-  std::vector<ClusterSingleton<BeaconMsg>> extra;  // more singletons, stopped before the clusters
+  std::vector<ClusterSingleton<BeaconMsg>> extra;  // more singletons
 
+  // A node's own order: the cluster goes first, and stops the singleton's
+  // side before it goes (Cluster::at_destroy).
   void TearDown() override {
-    for (auto& s : extra) s.stop();
-    for (auto& n : nodes) {
-      if (n->singleton) n->singleton->stop();
-      if (n->proxy) n->proxy->stop();
-    }
     for (auto& n : nodes) n->cluster.reset();
     for (auto& n : nodes) n->system->shutdown();
   }
@@ -243,6 +240,23 @@ TEST(SingletonWire, ControlMessagesRoundTripAndTruncatedOnesAreRefused) {
   AgentMsg<BeaconMsg> tick = Tick{};
   ByteWriter w2;
   EXPECT_FALSE(codecs.encode(tick, w2).ok());
+}
+
+// Destroying a cluster whose node runs the instance stops it first (the
+// actor system lives on); stop() on a proxy-only handle refuses later tells.
+TEST_F(Singleton, DestroyingTheClusterStopsTheInstanceAndTheProxyBeforeItGoes) {
+  auto& a = add("a");
+  host(a);
+  ASSERT_TRUE(test::eventually([&] { return running_count() == 1; }));
+  auto p = proxy_of(a);
+  a.cluster.reset();
+  EXPECT_EQ(rec->running(), 0u);
+  EXPECT_EQ(a.singleton->running_here(), 0u);
+  std::this_thread::sleep_for(300ms);  // the system runs on: nothing touches the cluster
+  auto r = p.tell(Ping{1});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::shutting_down);
+  p.stop();  // idempotent
 }
 
 // Three hosts, one instance, on the one member holding the role; pings

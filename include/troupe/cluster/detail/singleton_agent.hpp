@@ -21,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -49,6 +50,7 @@ struct Shared {
   std::promise<void> stopped;
   std::shared_future<void> stopped_future = stopped.get_future().share();
   mutable std::mutex mu;
+  AnyRef stopping_instance;  // under mu: the instance the agent stopped last
   std::string owner;  // under mu
   std::uint64_t owner_epoch = 0;
 
@@ -164,6 +166,10 @@ class Agent final : public Actor<AgentMsg<M>> {
 
   void on_stop() {
     if (instance_) {
+      {
+        std::lock_guard lock(sh_->mu);
+        sh_->stopping_instance = instance_;
+      }
       instance_.stop();
       (void)cluster_->remoting().unpublish(instance_name(sh_->settings.name));
     }
@@ -368,6 +374,23 @@ class Agent final : public Actor<AgentMsg<M>> {
   std::vector<std::shared_ptr<Promise<void>>> waiters_;
 };
 
+// Stops an agent and waits (up to 5 s) until it no longer uses the cluster.
+// Stops an agent and waits (up to 5 s in all) until it no longer uses the
+// cluster and the instance it ran has stopped.
+template <class M>
+void stop_agent(const ActorRef<AgentMsg<M>>& agent, Shared& shared) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  agent.stop();
+  if (shared.stopped_future.wait_until(until) != std::future_status::ready) return;
+  AnyRef instance;
+  {
+    std::lock_guard lock(shared.mu);
+    instance = shared.stopping_instance;
+  }
+  while (instance && !instance.terminated() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 template <class M>
 Result<ActorRef<AgentMsg<M>>> spawn_agent(ActorSystem& system, Cluster& cluster, std::shared_ptr<Shared> shared,
                                           std::shared_ptr<const MessageCodecs<M>> codecs, MakeInstance<M> make) {
@@ -382,6 +405,9 @@ Result<ActorRef<AgentMsg<M>>> spawn_agent(ActorSystem& system, Cluster& cluster,
     return Error(ErrorCode::invalid_argument, "singleton '" + name + "' is in use on this node: " + p.error().message());
   }
   sh->published.store(true, std::memory_order_release);
+  // The cluster may go first (a node's shutdown destroys it before the
+  // actor system): the agent stops before it.
+  cluster.at_destroy([ref, sh] { stop_agent<M>(ref, *sh); });
   return ref;
 }
 
