@@ -38,7 +38,7 @@ struct SingletonStats {
   std::size_t waiting = 0;      // told and not yet sent on (in the buffer or the proxy's mailbox)
   std::uint64_t delivered = 0;  // sent on to the instance (here, or to its node)
   std::uint64_t refused = 0;    // refused with buffer_overflow
-  std::uint64_t lost = 0;       // handed to a local instance that had stopped (dead letters)
+  std::uint64_t lost = 0;       // handed to a local instance that had stopped, or held when the proxy stopped
   std::uint64_t moves = 0;      // times the proxy learned of a new instance
   std::string owner;            // where it runs as far as the proxy knows; empty: moving or unknown
   std::uint64_t epoch = 0;      // that instance's epoch

@@ -175,6 +175,10 @@ class Agent final : public Actor<AgentMsg<M>> {
     }
     for (auto& w : waiters_) w->set_value();
     waiters_.clear();
+    // What it held goes nowhere now: counted, not kept waiting.
+    sh_->lost.fetch_add(buffer_.size(), std::memory_order_relaxed);
+    sh_->queued.fetch_sub(buffer_.size(), std::memory_order_acq_rel);
+    buffer_.clear();
     sh_->running_epoch.store(0, std::memory_order_release);
     if (sh_->published.load(std::memory_order_acquire))
       (void)cluster_->remoting().unpublish(ctl_name(sh_->settings.name));
@@ -253,19 +257,22 @@ class Agent final : public Actor<AgentMsg<M>> {
     sh_->owner.clear();
   }
 
+  // One node's Here and Leaving come in the order it sent them (one
+  // connection per node pair), so a Here after a Leaving of the same epoch
+  // is news: the node runs it again under that epoch (it was fenced for a
+  // moment and kept the unit). Across nodes the epoch orders them: a Here
+  // below the one known is stale.
   void handle(Here& h) {
-    // Stale: an instance that has been said to leave, or older than the one known.
-    if (h.epoch <= retired_epoch_ || h.epoch < owner_epoch_) return;
+    if (h.epoch < owner_epoch_) return;
     set_owner(h.node, h.epoch);
   }
 
   void handle(Leaving& l) {
-    retired_epoch_ = std::max(retired_epoch_, l.epoch);
     if (owner_ == l.node && owner_epoch_ <= l.epoch) forget_owner();
   }
 
   void handle(Query& q) {
-    if (instance_) tell_ctl(q.from, Msg(Here{sh_->node, epoch_}));
+    if (instance_ && !stopping_) tell_ctl(q.from, Msg(Here{sh_->node, epoch_}));
   }
 
   void handle(Tick&) {
@@ -363,7 +370,6 @@ class Agent final : public Actor<AgentMsg<M>> {
   // proxy
   std::string owner_;
   std::uint64_t owner_epoch_ = 0;
-  std::uint64_t retired_epoch_ = 0;
   std::deque<Send<M>> buffer_;
   RemoteRef<M> remote_;
   std::map<std::string, RemoteRef<Msg>> peers_;
