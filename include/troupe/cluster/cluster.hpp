@@ -103,6 +103,11 @@ class Cluster {
   Result<HandOffReport> leave(Duration bound = std::chrono::seconds(60),
                               std::function<void(const HandOffReport&)> progress = {});
 
+  // Runs `f` first thing when this object is destroyed, before the
+  // coordinator and the transport stop, in the order added: a layer built
+  // on the cluster (the singleton) stops what still uses it. Keep it short.
+  void at_destroy(std::function<void()> f);
+
  private:
   struct Impl;
   explicit Cluster(std::unique_ptr<Impl> impl);

@@ -184,6 +184,8 @@ struct Cluster::Impl {
   std::unique_ptr<RedisShardDirectory> directory;
   std::mutex members_mu;
   std::map<std::string, Address> peers;  // the members the transport knows, but this node
+  std::mutex destroy_mu;
+  std::vector<std::function<void()>> at_destroy;
   // Declared last: destroyed first, so no coordinator callback runs on the
   // members above after they are gone.
   std::unique_ptr<Coordinator> coordinator;
@@ -286,8 +288,19 @@ Result<std::unique_ptr<Cluster>> Cluster::start(ActorSystem& system, ClusterSett
 
 Cluster::~Cluster() {
   if (!impl_) return;
+  std::vector<std::function<void()>> last;
+  {
+    std::lock_guard lock(impl_->destroy_mu);
+    last.swap(impl_->at_destroy);
+  }
+  for (auto& f : last) f();
   impl_->coordinator.reset();
   impl_->remoting->stop();
+}
+
+void Cluster::at_destroy(std::function<void()> f) {
+  std::lock_guard lock(impl_->destroy_mu);
+  impl_->at_destroy.push_back(std::move(f));
 }
 
 const std::string& Cluster::node_id() const { return impl_->settings.node_id; }
