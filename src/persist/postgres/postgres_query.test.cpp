@@ -254,6 +254,26 @@ TEST(PostgresQuery, a_schema_from_before_the_order_gains_it_on_open_keeping_each
   EXPECT_EQ(admin.exec("SELECT version FROM " + s + ".journal_schema"), "3");
 }
 
+TEST(PostgresQuery, offsets_no_journal_gave_are_answered_by_the_order_not_refused) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  auto j = open_journal(conninfo, troupe::test::fresh_schema());
+  ASSERT_TRUE(js::append(*j, batch("odd|a", 1, 2)).ok());
+  const auto sel = EventSelector::of_type("odd");
+  auto all = read_at_least(*j, sel, 2);
+  ASSERT_EQ(all.size(), 2u);
+  // Beyond every transaction: nothing (not an error).
+  EXPECT_TRUE(read_after(*j, sel, JournalOffset{UINT64_MAX, UINT64_MAX}).empty());
+  // An ordering above any bigint in the first event's transaction: the
+  // events of later transactions only (none here, both share one).
+  EXPECT_TRUE(read_after(*j, sel, JournalOffset{all[0].offset.tx, UINT64_MAX}).empty());
+  // Just below the first event's transaction: both.
+  EXPECT_EQ(read_after(*j, sel, JournalOffset{all[0].offset.tx - 1, UINT64_MAX}).size(), 2u);
+  // Offsets printed and parsed back resume in the same place.
+  auto parsed = troupe::parse_offset(all[0].offset.to_string());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(read_after(*j, sel, *parsed).size(), 1u);
+}
+
 #ifdef TROUPE_PG_CRASH_WRITER
 
 using troupe::test::crash_payload;
