@@ -68,18 +68,21 @@ void Sql::query_sql(const std::string& s) {
   // soon rather than end a short page there.
   const std::string horizon = "pg_snapshot_xmin(pg_current_snapshot())";
   const std::string after = "> ($2::xid8, $3::int8)";
+  // The marker's rows: at or beyond the horizon and after the offset. The
+  // horizon as the index's lower bound (a row comparison there would make
+  // the scan start at the offset and walk every visible row).
+  const std::string beyond = "tx >= greatest(" + horizon + ", $2::xid8) AND (tx > $2::xid8 OR ordering > $3::int8)";
   const std::string nulls = "NULL::xid8, NULL::int8, NULL::bytea, NULL::int8, NULL::int8, NULL::bytea, NULL::int8, "
                             "NULL::bytea, NULL::text, NULL::bytea";
   query_type = "(SELECT tx, ordering, persistence_id, seq, timestamp_ms, type, version, payload, trace_id, tags "
                "FROM " + s + ".events WHERE entity_type = $1 AND (tx, ordering) " + after + " AND tx < " + horizon +
                " ORDER BY tx, ordering LIMIT $4) UNION ALL (SELECT " + nulls + " FROM " + s + ".events "
-               "WHERE entity_type = $1 AND (tx, ordering) " + after + " AND tx >= " + horizon + " LIMIT 1)";
+               "WHERE entity_type = $1 AND " + beyond + " LIMIT 1)";
   query_tag = "(SELECT t.tx, t.ordering, e.persistence_id, e.seq, e.timestamp_ms, e.type, e.version, e.payload, "
               "e.trace_id, e.tags FROM " + s + ".event_tags t JOIN " + s + ".events e ON "
               "e.persistence_id = t.persistence_id AND e.seq = t.seq WHERE t.tag = $1 AND "
               "(t.tx, t.ordering) " + after + " AND t.tx < " + horizon + " ORDER BY t.tx, t.ordering LIMIT $4) "
-              "UNION ALL (SELECT " + nulls + " FROM " + s + ".event_tags WHERE tag = $1 AND (tx, ordering) " +
-              after + " AND tx >= " + horizon + " LIMIT 1)";
+              "UNION ALL (SELECT " + nulls + " FROM " + s + ".event_tags WHERE tag = $1 AND " + beyond + " LIMIT 1)";
 }
 
 std::string join_tags(const std::vector<std::string>& tags) {

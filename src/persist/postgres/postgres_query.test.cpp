@@ -160,6 +160,26 @@ TEST(PostgresQuery, an_event_committed_late_under_a_lower_ordering_comes_after_t
   EXPECT_EQ(ids_of(read_after(*j, sel)), (std::vector<std::string>{"gap|b", "gap|a"}));
 }
 
+// A query made after an append returned, while an older transaction is
+// open for a moment, waits it out and returns the append (a short page is
+// not ended at the horizon while committed events wait behind it).
+TEST(PostgresQuery, a_query_after_an_append_waits_out_a_short_older_transaction_and_returns_the_append) {
+  const std::string conninfo = troupe::test::shared_postgres_conninfo();
+  auto j = open_journal(conninfo, troupe::test::fresh_schema());
+  Session a(conninfo);
+  a.exec("BEGIN");
+  a.exec("SELECT pg_current_xact_id()");  // older than the append's
+  ASSERT_TRUE(js::append(*j, batch("wait|x", 1, 1)).ok());
+  std::thread commit_later([&] {
+    std::this_thread::sleep_for(300ms);
+    a.exec("COMMIT");
+  });
+  auto r = js::query_events(*j, EventQuery{EventSelector::of_type("wait"), {}, 10});
+  commit_later.join();
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(ids_of(r->events), (std::vector<std::string>{"wait|x"}));
+}
+
 // proves: R1
 TEST(PostgresQuery, a_journal_hears_within_seconds_that_another_on_its_schema_appended_also_after_a_reconnect) {
   const std::string conninfo = troupe::test::shared_postgres_conninfo();
