@@ -32,6 +32,15 @@
 // highest seq it saw to the id's lane. Layout and statements: doc/journal.md
 // ("PostgreSQL").
 //
+// The global order (event_query.hpp, SPEC R1): each event row gets the
+// appending transaction's id and a sequence value from column defaults, so
+// an append sends nothing more; query_events returns only events of
+// transactions older than every one still open (doc/journal.md "Global
+// order"). After each lane commit that stored events one more connection
+// sends NOTIFY on the schema's channel, outside the append's transaction;
+// it LISTENs there too and calls this journal's append listeners when
+// another journal on the same schema (another process) announces a commit.
+//
 // A lost connection is re-established with back-off (reconnect_initial_ms,
 // doubling up to reconnect_max_ms). A write queued meanwhile waits at most
 // `unavailable_timeout_ms` for the server and then fails with
@@ -78,6 +87,7 @@ class PostgresJournal final : public detail::GroupCommitJournal {
   // connection string, server unreachable, a newer schema version),
   // invalid_argument for unusable options.
   static Result<std::shared_ptr<PostgresJournal>> open(PostgresJournalOptions options);
+  ~PostgresJournal() override;
 
   // The Journal operations: detail/group_commit_journal.hpp.
   std::string_view name() const noexcept override { return "postgres"; }

@@ -60,10 +60,10 @@ void put_int64(char* out, std::uint64_t v) {
 }
 }  // namespace
 
-void Params::int8(std::int64_t v) {
+void Params::eight(std::uint64_t v, Oid t) {
   ints_.push_back(std::make_unique<char[]>(8));
-  put_int64(ints_.back().get(), static_cast<std::uint64_t>(v));
-  add(ints_.back().get(), 8, kInt8Oid);
+  put_int64(ints_.back().get(), v);
+  add(ints_.back().get(), 8, t);
 }
 
 void Params::add(const char* p, std::size_t n, Oid t) {
@@ -323,6 +323,7 @@ Result<void> read_events(const PGresult* r, int first_row, const std::string& id
                                                     std::to_string(PQftype(r, kTraceColumn)));
       e.trace_id.assign(PQgetvalue(r, row, kTraceColumn), static_cast<std::size_t>(PQgetlength(r, row, kTraceColumn)));
     }
+    if (auto t = read_tags(r, row, kTraceColumn + 1, id, e); !t) return t;
     if (row == first_row && e.seq < expected) expected = e.seq;  // leftovers at or below the deletion mark
     if (e.seq != expected)
       return Error(ErrorCode::corrupt_record,
@@ -415,9 +416,8 @@ Sql::Sql(const std::string& s) {
            "timestamp_ms bigint, type bytea, version bigint, payload bytea, PRIMARY KEY (persistence_id, seq));" +
            fences_table + check_fences_fn +
            "CREATE TABLE " + s + ".journal_schema (version bigint NOT NULL);" +
-           "INSERT INTO " + s + ".journal_schema (version) VALUES (" + std::to_string(kSchemaVersion) + ")";
-  migrate_from_1 = fences_table + check_fences_fn + "UPDATE " + s + ".journal_schema SET version = " +
-                   std::to_string(kSchemaVersion);
+           "INSERT INTO " + s + ".journal_schema (version) VALUES (2)";  // migrate_from_2 follows
+  migrate_from_1 = fences_table + check_fences_fn + "UPDATE " + s + ".journal_schema SET version = 2";
   // Serializes first opens racing to create the tables (key: "trup").
   lock = "SELECT pg_advisory_xact_lock(1953658224)";
   version_table_exists = "SELECT to_regclass('" + s + ".journal_schema') IS NOT NULL";
@@ -444,7 +444,8 @@ Sql::Sql(const std::string& s) {
   delete_to = "WITH h AS (SELECT least($2::int8, greatest(coalesce((SELECT max(seq) FROM " + s +
               ".events WHERE persistence_id = $1), 0), coalesce((SELECT deleted_to FROM " + s +
               ".deletions WHERE persistence_id = $1), 0))) AS upto), "
-              "d AS (DELETE FROM " + s + ".events WHERE persistence_id = $1 AND seq <= (SELECT upto FROM h)) "
+              "d AS (DELETE FROM " + s + ".events WHERE persistence_id = $1 AND seq <= (SELECT upto FROM h)), "
+              "dt AS (DELETE FROM " + s + ".event_tags WHERE persistence_id = $1 AND seq <= (SELECT upto FROM h)) "
               "INSERT INTO " + s + ".deletions AS o (persistence_id, deleted_to) SELECT $1, upto FROM h "
               "WHERE upto > 0 ON CONFLICT (persistence_id) DO UPDATE SET "
               "deleted_to = greatest(o.deleted_to, excluded.deleted_to)";
@@ -460,17 +461,19 @@ Sql::Sql(const std::string& s) {
 
   // One statement each, so one snapshot and one round trip. Row kinds: 0 the
   // latest snapshot, 1 the highest stored seq (column 2) and the deletion
-  // mark (column 5), 2 the events (their trace id in column 7).
-  recover = "SELECT 0::int8 AS kind, seq, timestamp_ms, type, version, payload, NULL::text FROM (SELECT * FROM " + s +
-            ".snapshots WHERE persistence_id = $1 ORDER BY seq DESC LIMIT 1) s "
+  // mark (column 5), 2 the events (their trace id in column 7, their tags
+  // in column 8).
+  recover = "SELECT 0::int8 AS kind, seq, timestamp_ms, type, version, payload, NULL::text, NULL::bytea FROM "
+            "(SELECT * FROM " + s + ".snapshots WHERE persistence_id = $1 ORDER BY seq DESC LIMIT 1) s "
             "UNION ALL SELECT 1, coalesce((SELECT max(seq) FROM " + s + ".events WHERE persistence_id = $1), 0), "
             "NULL, NULL, coalesce((SELECT deleted_to FROM " + s + ".deletions WHERE persistence_id = $1), 0), NULL, "
-            "NULL UNION ALL SELECT 2, seq, timestamp_ms, type, version, payload, trace_id FROM " + s + ".events "
+            "NULL, NULL UNION ALL SELECT 2, seq, timestamp_ms, type, version, payload, trace_id, tags FROM " + s +
+            ".events "
             "WHERE persistence_id = $1 AND seq > coalesce((SELECT max(seq) FROM " + s +
             ".snapshots WHERE persistence_id = $1), 0) ORDER BY 1, 2";
   replay = "SELECT 1::int8 AS kind, 0::int8 AS seq, NULL::int8, NULL::bytea, coalesce((SELECT deleted_to FROM " +
-           s + ".deletions WHERE persistence_id = $1), 0), NULL::bytea, NULL::text "
-           "UNION ALL SELECT 2, seq, timestamp_ms, type, version, payload, trace_id FROM " + s + ".events "
+           s + ".deletions WHERE persistence_id = $1), 0), NULL::bytea, NULL::text, NULL::bytea "
+           "UNION ALL SELECT 2, seq, timestamp_ms, type, version, payload, trace_id, tags FROM " + s + ".events "
            "WHERE persistence_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY 1, 2";
   highest = "SELECT (SELECT max(seq) FROM " + s + ".events WHERE persistence_id = $1), "
             "(SELECT deleted_to FROM " + s + ".deletions WHERE persistence_id = $1)";
@@ -478,10 +481,11 @@ Sql::Sql(const std::string& s) {
              "WHERE persistence_id = $1 ORDER BY seq DESC LIMIT 1";
   highest_fence = "SELECT coalesce(max(fence), 0) FROM " + s + ".fences";
   outbox_sql(s);
+  query_sql(s);
 }
 
 std::vector<Sql::Prepared> Sql::writer_statements() const {
-  return {{kAppend, &append},          {kCheckFences, &check_fences}, {kInsertSnapshots, &insert_snapshots},
+  return {{kAppend, &append},          {kAppendTagged, &append_tagged},          {kCheckFences, &check_fences}, {kInsertSnapshots, &insert_snapshots},
           {kPruneSnapshots, &prune_snapshots}, {kDeleteTo, &delete_to}, {kHighestMany, &highest_many},
           {kVerify, &verify},          {kOutboxAppend, &outbox_append}, {kOutboxClaim, &outbox_claim},
           {kOutboxSettleDone, &outbox_settle_done}, {kOutboxSettleUpdate, &outbox_settle_update}};
@@ -490,18 +494,40 @@ std::vector<Sql::Prepared> Sql::writer_statements() const {
 std::vector<Sql::Prepared> Sql::reader_statements() const {
   return {{kRecover, &recover},   {kReplay, &replay}, {kHighest, &highest},
           {kSnapshot, &snapshot}, {kHighestFence, &highest_fence}, {kOutboxCounts, &outbox_counts},
-          {kOutboxEntries, &outbox_entries}};
+          {kOutboxEntries, &outbox_entries}, {kQueryType, &query_type}, {kQueryTag, &query_tag}};
 }
 
 Result<void> prepare_all(PGconn* c, const std::vector<Sql::Prepared>& statements) {
-  for (const auto& st : statements) {
-    PgResult r(PQprepare(c, st.name, st.sql->c_str(), 0, nullptr));
-    if (!r || PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
-      Outcome o;
-      fill_failure(c, r.get(), o);
-      return failed(std::string("prepare ") + st.name, o);
+  // All of them in one pipeline: one round trip, so a connection made again
+  // under load is ready soon.
+  auto broken = [&](const char* doing) {
+    Outcome o;
+    fill_failure(c, nullptr, o);
+    return failed(doing, o);
+  };
+  if (PQenterPipelineMode(c) != 1) return broken("prepare: enter pipeline mode");
+  for (const auto& st : statements)
+    if (PQsendPrepare(c, st.name, st.sql->c_str(), 0, nullptr) != 1) return broken("prepare: send");
+  if (PQpipelineSync(c) != 1) return broken("prepare: send");
+  std::optional<Error> first;
+  std::size_t i = 0;
+  for (;;) {
+    PGresult* raw = PQgetResult(c);
+    if (raw == nullptr) {
+      if (PQstatus(c) == CONNECTION_BAD) return broken("prepare");
+      ++i;  // the end of one statement's results
+      continue;
     }
+    PgResult r(raw);
+    const ExecStatusType st = PQresultStatus(raw);
+    if (st == PGRES_PIPELINE_SYNC) break;
+    if (st == PGRES_COMMAND_OK || st == PGRES_PIPELINE_ABORTED || first) continue;
+    Outcome o;
+    fill_failure(c, raw, o);
+    first = failed(std::string("prepare ") + (i < statements.size() ? statements[i].name : "?"), o);
   }
+  if (PQexitPipelineMode(c) != 1) return broken("prepare: leave pipeline mode");
+  if (first) return *first;
   return {};
 }
 

@@ -21,8 +21,9 @@ namespace troupe::pg {
 
 // The layout the statements below use; stored in <schema>.journal_schema.
 // A higher number was written by a newer troupe: refuse it rather than
-// misread it. Version 1 had no fences; open() migrates it.
-constexpr std::int64_t kSchemaVersion = 2;
+// misread it. Version 1 had no fences, version 2 no global order; open()
+// migrates both.
+constexpr std::int64_t kSchemaVersion = 3;
 // Bound on a writer lane's highest-seq cache; past it the cache starts over.
 constexpr std::size_t kMaxCachedHighest = std::size_t{1} << 20;
 constexpr std::uint64_t kMaxSeq = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
@@ -35,6 +36,7 @@ constexpr Oid kInt8Oid = 20;
 constexpr Oid kByteaArrayOid = 1001;
 constexpr Oid kInt8ArrayOid = 1016;
 constexpr Oid kTextOid = 25;
+constexpr Oid kXid8Oid = 5069;
 
 struct ResultDeleter {
   void operator()(PGresult* r) const noexcept { PQclear(r); }
@@ -56,7 +58,9 @@ std::int64_t fence_lock(const std::string& schema, const std::string& key);
 class Params {
  public:
   void bytes(const std::string& s) { add(s.data(), s.size(), kByteaOid); }
-  void int8(std::int64_t v);
+  void int8(std::int64_t v) { eight(static_cast<std::uint64_t>(v), kInt8Oid); }
+  // A transaction id (xid8): eight bytes, unsigned.
+  void xid8(std::uint64_t v) { eight(v, kXid8Oid); }
   // A one-dimensional array parameter built with ArrayParam; kept here.
   void array(std::string encoded, Oid array_type) {
     arrays_.push_back(std::make_unique<std::string>(std::move(encoded)));
@@ -70,6 +74,7 @@ class Params {
 
  private:
   void add(const char* p, std::size_t n, Oid t);
+  void eight(std::uint64_t v, Oid t);
   std::vector<std::unique_ptr<char[]>> ints_;
   std::vector<std::unique_ptr<std::string>> arrays_;
   std::vector<const char*> values_;
@@ -151,6 +156,16 @@ Result<std::uint64_t> parse_highest(const PGresult* r, const std::string& id);
 Result<std::optional<SnapshotRecord>> parse_snapshot(const PGresult* r, const std::string& id);
 // highest_fence: one bigint.
 Result<std::uint64_t> parse_highest_fence(const PGresult* r);
+// query_type / query_tag (pg_query.cpp): tx, ordering, persistence_id, the
+// five record columns, trace_id, tags; `behind`: committed events wait
+// behind the visibility horizon (the marker row).
+Result<EventPage> parse_page(const PGresult* r, bool& behind);
+// An event's tags as stored (pg_query.cpp): one bytea, the tags joined by
+// '\n' (a tag holds no control character), NULL for none.
+std::string join_tags(const std::vector<std::string>& tags);
+// Reads the tags column `col` of `row` into e.tags (a NULL is none);
+// corrupt_record for what join_tags would not have written.
+Result<void> read_tags(const PGresult* r, int row, int col, const std::string& id, EventRecord& e);
 
 // The SQL, with the schema's quoted name filled in, and the names the
 // statements are prepared under.
@@ -158,6 +173,8 @@ struct Sql {
   explicit Sql(const std::string& quoted_schema);
 
   std::string create, migrate_from_1, lock, version_table_exists, read_version;
+  // Schema 2 to 3 (pg_query.cpp): the global order and the tags.
+  std::string migrate_from_2;
   // The events' trace_id column (SPEC X4): whether it is there, and adding it.
   std::string has_trace_column, add_trace_column;
   // Writer lanes (prepared on every writer connection).
@@ -167,6 +184,13 @@ struct Sql {
   std::string recover, replay, highest, snapshot, highest_fence;
 
   static constexpr const char* kAppend = "troupe_append";
+  // The global order (pg_query.cpp): appends of events with tags (a writer
+  // uses kAppend when none of a group's events has one) and the readers'
+  // queries by entity type and by tag.
+  std::string append_tagged, query_type, query_tag;
+  static constexpr const char* kAppendTagged = "troupe_append_tagged";
+  static constexpr const char* kQueryType = "troupe_query_type";
+  static constexpr const char* kQueryTag = "troupe_query_tag";
   static constexpr const char* kCheckFences = "troupe_check_fences";
   static constexpr const char* kInsertSnapshots = "troupe_insert_snapshots";
   static constexpr const char* kPruneSnapshots = "troupe_prune_snapshots";
@@ -199,6 +223,7 @@ struct Sql {
 
  private:
   void outbox_sql(const std::string& quoted_schema);
+  void query_sql(const std::string& quoted_schema);
 };
 
 // Prepares `statements` on `c`.

@@ -12,10 +12,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "../journal_engine.hpp"
+#include "pg_announce.hpp"
 #include "pg_outbox.hpp"
 #include "pg_support.hpp"
 #include "postgres_writer.hpp"
@@ -28,6 +30,9 @@ namespace {
 Error closed_error() { return Error(ErrorCode::journal_failed, "postgres journal is closed"); }
 // Recoveries a reader sends in one round trip at most.
 constexpr std::size_t kRecoverBatch = 256;
+// How long a query waits for committed events held behind the visibility
+// horizon by an older open transaction (doc/journal.md "Global order").
+constexpr auto kHorizonWait = std::chrono::seconds(2);
 }  // namespace
 
 // One read connection; used by one reader thread at a time. What it learns
@@ -46,6 +51,7 @@ class PgReader final : public detail::JournalReader {
   std::vector<Result<Recovery>> recover_many(const std::vector<std::string>& ids) override;
   Result<std::uint64_t> highest_fence() override;
   Result<OutboxView> read_outbox(const OutboxQuery& query) override;
+  Result<EventPage> query_events(const EventQuery& query) override;
 
  private:
   // Runs prepared statement `name` with `params` and hands its result to
@@ -69,8 +75,11 @@ class PgReader final : public detail::JournalReader {
 class PostgresJournal::Impl {
  public:
   Impl(PostgresJournalOptions options, std::string quoted_schema)
-      : shared(std::move(options), std::move(quoted_schema)),
-        engine({shared.options.max_batch_events, kRecoverBatch, closed_error}) {}
+      : shared(std::move(options), quoted_schema),
+        // The channel: the schema's name with ".events" (a quoted identifier).
+        announcer(shared, quoted_schema.substr(0, quoted_schema.size() - 1) + ".events\"",
+                  [this] { engine.notify_appended(); }),
+        engine({shared.options.max_batch_events, kRecoverBatch, closed_error, true}) {}
 
   Result<void> open();
 
@@ -78,6 +87,8 @@ class PostgresJournal::Impl {
   void hint(const std::string& id, std::uint64_t highest) { lanes[engine.lane_of(id)]->hint(id, highest); }
 
   Shared shared;
+  // Tells other processes' journals of this one's commits and hears theirs.
+  Announcer announcer;
   std::vector<Writer*> lanes;  // owned by the engine
   detail::JournalEngine engine;
 
@@ -111,16 +122,27 @@ Result<void> PostgresJournal::Impl::check_schema(PGconn* w) {
     if (auto o = step(sql.lock, "lock the schema check"); !o) return std::move(o).error();
     auto exists = step(sql.version_table_exists, "look for the tables");
     if (!exists) return std::move(exists).error();
-    if (*PQgetvalue(exists->res.get(), 0, 0) == 0) return script(sql.create, "create the tables");  // binary bool
-    auto v = step(sql.read_version, "read the schema version");
-    if (!v) return std::move(v).error();
-    const PGresult* r = v->res.get();
-    std::int64_t version = PQgetisnull(r, 0, 0) != 0 ? 0 : read_int8(PQgetvalue(r, 0, 0));
+    std::int64_t version = 2;  // what `create` makes; the migrations below finish it
+    if (*PQgetvalue(exists->res.get(), 0, 0) == 0) {  // binary bool
+      if (auto c = script(sql.create, "create the tables"); !c) return c;
+    } else {
+      auto v = step(sql.read_version, "read the schema version");
+      if (!v) return std::move(v).error();
+      const PGresult* r = v->res.get();
+      version = PQgetisnull(r, 0, 0) != 0 ? 0 : read_int8(PQgetvalue(r, 0, 0));
+    }
     if (version > kSchemaVersion)
       return Error(ErrorCode::journal_failed, "postgres journal: schema version " + std::to_string(version) +
                                                   " is newer than this build understands (" +
                                                   std::to_string(kSchemaVersion) + ")");
-    if (version == 1) return script(sql.migrate_from_1, "add the fences (schema 1 to 2)");
+    if (version == 1) {
+      if (auto m = script(sql.migrate_from_1, "add the fences (schema 1 to 2)"); !m) return m;
+      version = 2;
+    }
+    if (version == 2) {
+      if (auto m = script(sql.migrate_from_2, "add the global order and tags (schema 2 to 3)"); !m) return m;
+      version = 3;
+    }
     if (version != kSchemaVersion)
       return Error(ErrorCode::journal_failed, "postgres journal: unknown schema version " + std::to_string(version));
     return {};
@@ -175,6 +197,8 @@ Result<void> PostgresJournal::Impl::open() {
     if (auto c = r->connect_now(); !c) return c;
     readers.push_back(std::move(r));
   }
+  if (auto a = announcer.open(); !a) return a;
+  shared.announcer = &announcer;  // the lanes announce their commits
   engine.open(std::move(writers), std::move(readers));
   return {};
 }
@@ -304,6 +328,31 @@ Result<OutboxView> PgReader::read_outbox(const OutboxQuery& q) {
   return counts;
 }
 
+Result<EventPage> PgReader::query_events(const EventQuery& q) {
+  const bool by_tag = !q.select.tag.empty();
+  Params p;
+  p.bytes(by_tag ? q.select.tag : q.select.entity_type);
+  p.xid8(q.after.tx);
+  // Orderings are bigints: after the largest there is nothing in that tx.
+  p.int8(static_cast<std::int64_t>(std::min(q.after.ordering, kMaxSeq)));
+  p.int8(static_cast<std::int64_t>(q.limit));
+  // A short page while committed events wait behind the horizon (an older
+  // transaction, usually another lane's commit, is still open): ask again
+  // for a while, so a query made after an append returned sees it unless
+  // some transaction stays open longer than kHorizonWait.
+  const auto deadline = Clock::now() + kHorizonWait;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    bool behind = false;
+    auto page = query<EventPage>(by_tag ? Sql::kQueryTag : Sql::kQueryType, p,
+                                 "query " + printable(q.select.to_string()),
+                                 [&](const PGresult* r) { return parse_page(r, behind); });
+    if (!page || !behind || page->events.size() >= q.limit || Clock::now() + pause > deadline) return page;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(16));
+  }
+}
+
 // --- the public object ---------------------------------------------------------------
 
 Result<std::shared_ptr<PostgresJournal>> PostgresJournal::open(PostgresJournalOptions options) {
@@ -331,12 +380,17 @@ Result<std::shared_ptr<PostgresJournal>> PostgresJournal::open(PostgresJournalOp
   auto impl = std::make_shared<Impl>(std::move(options), std::move(quoted_schema));
   if (auto r = impl->open(); !r) return std::move(r).error();
   impl->engine.start(impl);
+  impl->announcer.start(impl);
   return std::shared_ptr<PostgresJournal>(new PostgresJournal(std::move(impl)));
 }
 
 // The engine's handle shares ownership of the whole state.
 PostgresJournal::PostgresJournal(std::shared_ptr<Impl> impl)
     : GroupCommitJournal(std::shared_ptr<detail::JournalEngine>(impl, &impl->engine)), impl_(std::move(impl)) {}
+
+// The announcer first: its thread holds the state alive. The engine's
+// threads stop in ~GroupCommitJournal, right after.
+PostgresJournal::~PostgresJournal() { impl_->announcer.stop(); }
 
 PostgresJournal::Stats PostgresJournal::stats() const {
   return {GroupCommitJournal::stats(), impl_->shared.reconnects.load(std::memory_order_relaxed)};

@@ -276,13 +276,13 @@ TEST(PostgresJournal, a_schema_of_the_first_layout_is_migrated_on_open) {
   b.fence = {"k", 2};
   EXPECT_TRUE(js::append(*j, b).ok());
   // A newer layout is refused, naming both versions.
-  exec_sql(conninfo, "UPDATE \"" + schema + "\".journal_schema SET version = 3");
+  exec_sql(conninfo, "UPDATE \"" + schema + "\".journal_schema SET version = 4");
   PostgresJournalOptions o;
   o.conninfo = conninfo;
   o.schema = schema;
   auto newer = PostgresJournal::open(o);
   ASSERT_FALSE(newer.ok());
-  EXPECT_NE(newer.error().message().find("schema version 3 is newer than this build understands (2)"),
+  EXPECT_NE(newer.error().message().find("schema version 4 is newer than this build understands (3)"),
             std::string::npos)
       << newer.error().message();
 }

@@ -153,7 +153,8 @@ Result<void> Writer::slow_append(AppendBatch& batch, bool& lost) {
       return failed("check the fence of " + printable(id), o);
     }
   }
-  Outcome o = run_prepared(conn_.get(), Sql::kAppend, append_rows(one));
+  const Call append = append_call(one);
+  Outcome o = run_prepared(conn_.get(), append.name, append.params);
   if (!o.ok) {
     lost = o.lost;
     if (o.sqlstate == kUniqueViolation) return conflict(batch);

@@ -14,6 +14,7 @@
 
 #include "postgres_writer.hpp"
 
+#include "pg_announce.hpp"
 #include "pg_outbox.hpp"
 
 #include <algorithm>
@@ -93,6 +94,33 @@ Params append_rows(const std::vector<const AppendBatch*>& batches) {
   Params p = rows.params();
   p.array(traces.take(), traces.array_type());
   return p;
+}
+
+Call append_call(const std::vector<const AppendBatch*>& batches) {
+  std::size_t events = 0, tagged = 0;
+  for (const AppendBatch* b : batches)
+    for (const EventRecord& e : b->events) {
+      ++events;
+      tagged += e.tags.size();
+    }
+  if (tagged == 0) return {Sql::kAppend, append_rows(batches)};
+  Params p = append_rows(batches);
+  ArrayParam joined(kByteaOid), index(kInt8Oid), tags(kByteaOid);
+  joined.start(events);
+  index.start(tagged);
+  tags.start(tagged);
+  std::int64_t n = 0;
+  for (const AppendBatch* b : batches)
+    for (const EventRecord& e : b->events) {
+      ++n;
+      joined.bytes(join_tags(e.tags));
+      for (const std::string& t : e.tags) {
+        index.int8(n);
+        tags.bytes(t);
+      }
+    }
+  for (ArrayParam* a : {&joined, &index, &tags}) p.array(a->take(), a->array_type());
+  return {Sql::kAppendTagged, std::move(p)};
 }
 
 Result<PgConn> Shared::connect(const std::vector<Sql::Prepared>& statements) const {
@@ -312,6 +340,10 @@ detail::Committed Writer::commit(std::span<JournalWrite> ops, std::span<Result<v
     else if (*r > ops[i].value)
       results[i] = fence_lowered(ops[i].key(), ops[i].value, *r);
   }
+  // Other processes' journals hear of it; this one's listeners are called
+  // by the engine. Only this process's own commits: announcing what the
+  // announcer heard would echo between journals for ever.
+  if (committed_.events > 0 && shared_.announcer != nullptr) shared_.announcer->announce();
   return committed_;
 }
 
@@ -330,7 +362,7 @@ Writer::GroupEnd Writer::commit_group(std::span<JournalWrite> ops, const std::ve
     }
   }
   if (auto f = fence_check(shared_.options.schema, appends)) calls.push_back({Sql::kCheckFences, std::move(*f)});
-  if (!appends.empty()) calls.push_back({Sql::kAppend, append_rows(appends)});
+  if (!appends.empty()) calls.push_back(append_call(appends));
   if (auto o = outbox_rows(appends)) calls.push_back({Sql::kOutboxAppend, std::move(*o)});
   if (!snapshots.empty()) {
     RowArrays rows;

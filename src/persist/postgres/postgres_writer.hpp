@@ -21,6 +21,7 @@
 namespace troupe::pg {
 
 using Clock = std::chrono::steady_clock;
+class Announcer;
 
 // What the lanes, the readers and the public object share. Fixed once
 // open() returned, except `reconnects`.
@@ -36,6 +37,9 @@ struct Shared {
   // The fence appends without one are stored under (options.owner's
   // incarnation); value 0 when there is no owner.
   Fence owner;
+  // Told of every lane commit that stored events (pg_announce.hpp); set
+  // before the lanes start.
+  Announcer* announcer = nullptr;
 
   std::atomic<std::uint64_t> reconnects{0};
 };
@@ -71,6 +75,9 @@ struct RowArrays {
 std::optional<Params> fence_check(const std::string& schema, const std::vector<const AppendBatch*>& batches);
 // The kAppend arguments: every event of `batches`.
 Params append_rows(const std::vector<const AppendBatch*>& batches);
+// The statement that appends `batches`: kAppend with append_rows, or
+// kAppendTagged (its rows plus the tags) when any event has tags.
+Call append_call(const std::vector<const AppendBatch*>& batches);
 // The journal_conflict of a batch the primary key refused.
 Error conflict(const AppendBatch& b);
 // The stored fence check_fences reported (its DETAIL: "<index> <fence>").
