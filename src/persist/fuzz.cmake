@@ -19,6 +19,7 @@ troupe_add_fuzz(journal_rows_fuzz
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_support.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/sqlite/sqlite_writer.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/postgres/pg_outbox.cpp
+          ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/postgres/pg_query.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/postgres/pg_support.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/event_query.cpp
           ${CMAKE_CURRENT_SOURCE_DIR}/src/persist/journal.cpp
