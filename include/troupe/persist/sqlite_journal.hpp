@@ -8,8 +8,13 @@
 // (replay, recover, snapshots) run on `reader_threads` threads, each with its
 // own read connection, so recovery never waits behind a write batch.
 //
-// Table layout and encoding: doc/journal.md. The primary key
+// Table layout and encoding: doc/journal.md. The unique index on
 // (persistence_id, seq) is what rejects a second writer (SPEC E7).
+//
+// Queries across entities (event_query.hpp): every event's offset is its
+// rowid, given by the writer and never given twice, also after deletions
+// and reopening; supports_queries() is true. Listeners hear of this
+// journal's own appends only: another process reading the file polls.
 //
 // A SqliteJournal is used by one process at a time: open() takes an
 // exclusive advisory lock on "<path>.lock" and fails if another process holds

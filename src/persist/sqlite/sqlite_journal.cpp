@@ -25,7 +25,8 @@ namespace {
 struct SqliteState {
   explicit SqliteState(SqliteJournalOptions o)
       : options(std::move(o)),
-        engine({options.max_batch_events, 1, [path = options.path] { return sqlite::closed_error(path); }}) {}
+        engine({options.max_batch_events, 1, [path = options.path] { return sqlite::closed_error(path); },
+                /*queries=*/true}) {}
 
   Result<void> open() {
     if (auto r = lock.acquire(options.path); !r) return r;

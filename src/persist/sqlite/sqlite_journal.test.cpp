@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "../journal_test_support.hpp"
+#include "sqlite_support.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
 
 namespace {
@@ -76,6 +77,20 @@ class RawDb {
  private:
   sqlite3* db_ = nullptr;
 };
+
+// The layout of schema 2 (the build before the global order), written by
+// hand as that build wrote it; without `fences` it is schema 1.
+void write_old_layout(RawDb& db, int version) {
+  db.exec("CREATE TABLE events (persistence_id TEXT NOT NULL, seq INTEGER NOT NULL, timestamp_ms INTEGER, "
+          "type TEXT, version INTEGER, payload BLOB, PRIMARY KEY (persistence_id, seq))");
+  db.exec("CREATE TABLE deletions (persistence_id TEXT NOT NULL PRIMARY KEY, deleted_to INTEGER NOT NULL) "
+          "WITHOUT ROWID");
+  db.exec("CREATE TABLE snapshots (persistence_id TEXT NOT NULL, seq INTEGER NOT NULL, timestamp_ms INTEGER, "
+          "type TEXT, version INTEGER, payload BLOB, PRIMARY KEY (persistence_id, seq)) WITHOUT ROWID");
+  if (version >= 2) db.exec("CREATE TABLE fences (key TEXT NOT NULL PRIMARY KEY, fence INTEGER NOT NULL) WITHOUT ROWID");
+  db.exec("PRAGMA application_id = 1953658224; PRAGMA user_version = " + std::to_string(version));
+  db.exec("ALTER TABLE events ADD COLUMN trace_id TEXT");
+}
 
 class SqliteJournalTest : public ::testing::Test {
  protected:
@@ -365,11 +380,13 @@ TEST_F(SqliteJournalTest, a_journal_written_by_a_newer_schema_version_is_refused
 
 TEST_F(SqliteJournalTest, a_journal_of_the_first_layout_gains_fences_on_open) {
   {
-    auto j = open();
-    ASSERT_TRUE(js::append(*j, batch("m", 1, 2)).ok());
+    RawDb db(path_);
+    write_old_layout(db, 1);
+    db.exec("INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload) VALUES "
+            "('m', 1, 0, 'x', 0, x'01'), ('m', 2, 0, 'x', 0, x'02')");
   }
-  RawDb(path_).exec("DROP TABLE fences; PRAGMA user_version = 1");
   auto j = open();
+  EXPECT_EQ(RawDb(path_).count("PRAGMA user_version"), 3);
   EXPECT_EQ(js::replay(*j, "m")->size(), 2u);
   ASSERT_TRUE(js::raise_fence(*j, "k", 2).ok());
   troupe::AppendBatch b = batch("m", 3, 3);
@@ -438,9 +455,9 @@ TEST_F(SqliteJournalTest, unusable_options_are_invalid_arguments) {
   }
 }
 
-// --- the primary key as the last word ------------------------------------------------------
+// --- the unique index as the last word -----------------------------------------------------
 
-// The primary key refuses the number even when the journal's own bookkeeping says it is free.
+// The unique index refuses the number even when the journal's own bookkeeping says it is free.
 // proves: E7
 TEST_F(SqliteJournalTest, a_row_written_behind_the_journal_s_back_still_makes_the_append_a_conflict) {
   auto j = open();
@@ -554,6 +571,175 @@ TEST_F(SqliteCorruption, a_garbled_deletion_mark_is_corrupt_record) {
   EXPECT_NE(h.error().message().find("'bad'"), std::string::npos) << h.error().message();
   EXPECT_EQ(js::replay(*journal_, "bad").error().code(), ErrorCode::corrupt_record);
   EXPECT_EQ(*js::highest_seq(*journal_, "good"), 5u);
+}
+
+// --- the global order (event_query.hpp, doc/journal.md "Global order") -------------------
+
+std::vector<troupe::StreamEvent> query(troupe::Journal& j, troupe::EventSelector sel, troupe::JournalOffset after = {}) {
+  auto r = js::query_events(j, troupe::EventQuery{std::move(sel), after, 1000});
+  EXPECT_TRUE(r.ok()) << r.error().to_string();
+  return r.ok() ? std::move(r->events) : std::vector<troupe::StreamEvent>{};
+}
+
+std::vector<std::uint64_t> orderings(const std::vector<troupe::StreamEvent>& events) {
+  std::vector<std::uint64_t> out;
+  for (const auto& e : events) out.push_back(e.offset.ordering);
+  return out;
+}
+
+// proves: R1
+TEST_F(SqliteJournalTest, offsets_keep_growing_across_reopening_even_after_the_last_events_were_deleted) {
+  using troupe::EventSelector;
+  troupe::JournalOffset last{};
+  {
+    auto j = open();
+    ASSERT_TRUE(js::append(*j, batch("t|a", 1, 3)).ok());
+    auto all = query(*j, EventSelector::of_type("t"));
+    ASSERT_EQ(all.size(), 3u);
+    last = all.back().offset;
+  }
+  {
+    auto j = open();
+    ASSERT_TRUE(js::append(*j, batch("t|b", 1, 1)).ok());
+    auto after = query(*j, EventSelector::of_type("t"), last);
+    ASSERT_EQ(after.size(), 1u);
+    EXPECT_LT(last, after[0].offset);
+    last = after[0].offset;
+    // Every event goes, the one holding the highest number too.
+    ASSERT_TRUE(js::delete_up_to(*j, "t|a", 3).ok());
+    ASSERT_TRUE(js::delete_up_to(*j, "t|b", 1).ok());
+  }
+  EXPECT_EQ(RawDb(path_).count("SELECT count(*) FROM events"), 0);
+  auto j = open();
+  EXPECT_TRUE(query(*j, EventSelector::of_type("t")).empty());
+  ASSERT_TRUE(js::append(*j, batch("t|c", 1, 1)).ok());
+  auto fresh = query(*j, EventSelector::of_type("t"), last);
+  ASSERT_EQ(fresh.size(), 1u) << "a number of a deleted event was given again after reopening";
+  EXPECT_LT(last, fresh[0].offset);
+  EXPECT_EQ(fresh[0].persistence_id, "t|c");
+}
+
+TEST_F(SqliteJournalTest, tags_are_stored_with_their_events_and_deleted_with_them) {
+  using troupe::EventSelector;
+  auto j = open();
+  troupe::AppendBatch b = batch("p|1", 1, 3);
+  b.events[0].tags = {"c-1", "eu"};
+  b.events[2].tags = {"c-1", "c-1"};  // twice: stored as given, found once
+  ASSERT_TRUE(js::append(*j, b).ok());
+  ASSERT_TRUE(js::append(*j, [] {
+                troupe::AppendBatch o = batch("p|2", 1, 1);
+                o.events[0].tags = {"c-1"};
+                return o;
+              }()).ok());
+  EXPECT_EQ(orderings(query(*j, EventSelector::with_tag("c-1"))), (std::vector<std::uint64_t>{1, 3, 4}));
+  EXPECT_EQ(js::replay(*j, "p|1")->at(2).tags, (std::vector<std::string>{"c-1", "c-1"}));
+  EXPECT_EQ(RawDb(path_).count("SELECT count(*) FROM event_tags"), 4);
+  ASSERT_TRUE(js::delete_up_to(*j, "p|1", 2).ok());
+  EXPECT_EQ(RawDb(path_).count("SELECT count(*) FROM event_tags"), 2) << "the tags of deleted events stay behind";
+  EXPECT_EQ(orderings(query(*j, EventSelector::with_tag("c-1"))), (std::vector<std::uint64_t>{3, 4}));
+  EXPECT_TRUE(query(*j, EventSelector::with_tag("eu")).empty());
+  // A tagged batch is atomic: a conflict in its second event stores no tag.
+  troupe::AppendBatch clash = batch("p|2", 2, 3);
+  clash.events[0].tags = {"late"};
+  RawDb(path_).exec("INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload) "
+                    "VALUES ('p|2', 3, 0, 'x', 0, x'00')");
+  EXPECT_EQ(js::append(*j, clash).error().code(), ErrorCode::journal_conflict);
+  EXPECT_EQ(RawDb(path_).count("SELECT count(*) FROM event_tags WHERE tag = 'late'"), 0);
+}
+
+// The queries read an index in order: no scan of the events, no sort.
+TEST_F(SqliteJournalTest, queries_read_by_type_and_by_tag_through_an_index_in_order) {
+  open().reset();
+  const std::vector<std::pair<const char*, std::vector<std::string>>> expected = {
+      {troupe::sqlite::kQueryByType, {"USING INDEX events_by_type (entity_type=? AND rowid>?)"}},
+      {troupe::sqlite::kQueryByTag,
+       {"SEARCH t USING PRIMARY KEY (tag=? AND ordering>?)", "SEARCH e USING INTEGER PRIMARY KEY (rowid=?)"}},
+  };
+  for (const auto& [sql, parts] : expected) {
+    std::string plan;
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(path_.c_str(), &raw, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    sqlite3_stmt* s = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(raw, (std::string("EXPLAIN QUERY PLAN ") + sql).c_str(), -1, &s, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(raw);
+    while (sqlite3_step(s) == SQLITE_ROW) plan += std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, 3))) + "; ";
+    sqlite3_finalize(s);
+    sqlite3_close_v2(raw);
+    EXPECT_EQ(plan.find("SCAN"), std::string::npos) << plan;
+    EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
+    for (const std::string& part : parts) EXPECT_NE(plan.find(part), std::string::npos) << plan;
+  }
+}
+
+// proves: R1
+TEST_F(SqliteJournalTest, a_journal_of_schema_2_is_migrated_on_open_keeping_its_rowids_as_the_order) {
+  {
+    RawDb db(path_);
+    write_old_layout(db, 2);
+    db.exec("INSERT INTO events (rowid, persistence_id, seq, timestamp_ms, type, version, payload, trace_id) VALUES "
+            "(5, 'pay|a', 1, 11, 'x', 1, x'01', '4bf92f3577b34da6a3ce929d0e0e4736'), "
+            "(7, 'plain', 1, 12, 'x', 1, x'02', NULL), "
+            "(9, 'pay|a', 2, 13, 'x', 1, x'03', NULL), "
+            "(12, 'pay|b|c', 1, 14, 'x', 1, x'', NULL)");
+    db.exec("INSERT INTO events (rowid, persistence_id, seq, timestamp_ms, type, version, payload) "
+            "VALUES (20, CAST(x'6e756c007c31' AS TEXT), 1, 0, 'x', 0, x'04')");
+    db.exec("INSERT INTO deletions VALUES ('old|d', 4)");
+    db.exec("INSERT INTO snapshots VALUES ('pay|a', 1, 0, 'S', 1, x'05')");
+  }
+  auto j = open();
+  ASSERT_TRUE(j);
+  EXPECT_EQ(RawDb(path_).count("PRAGMA user_version"), 3);
+  using troupe::EventSelector;
+  auto pay = query(*j, EventSelector::of_type("pay"));
+  EXPECT_EQ(orderings(pay), (std::vector<std::uint64_t>{5, 9, 12}));
+  ASSERT_EQ(pay.size(), 3u);
+  EXPECT_EQ(pay[0].persistence_id, "pay|a");
+  EXPECT_EQ(pay[0].event.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(pay[0].event.payload, "\x01");
+  EXPECT_TRUE(pay[0].event.tags.empty());
+  EXPECT_EQ(pay[2].persistence_id, "pay|b|c");
+  EXPECT_EQ(orderings(query(*j, EventSelector::of_type("plain"))), (std::vector<std::uint64_t>{7}));
+  // The type of an id holding a NUL byte is its bytes before the '|'.
+  EXPECT_EQ(RawDb(path_).count("SELECT ordering FROM events WHERE entity_type = CAST(x'6e756c00' AS TEXT)"), 20);
+  auto rec = js::recover(*j, "pay|a");
+  ASSERT_TRUE(rec.ok()) << rec.error().to_string();
+  EXPECT_EQ(rec->snapshot->seq, 1u);
+  EXPECT_EQ(seqs(rec->events), range(2, 2));
+  EXPECT_EQ(*js::highest_seq(*j, "old|d"), 4u);
+  // New events follow the old ones, tags and all.
+  troupe::AppendBatch b = batch("pay|a", 3, 3);
+  b.events[0].tags = {"new"};
+  ASSERT_TRUE(js::append(*j, b).ok());
+  EXPECT_EQ(orderings(query(*j, EventSelector::of_type("pay"), {0, 12})), (std::vector<std::uint64_t>{21}));
+  EXPECT_EQ(orderings(query(*j, EventSelector::with_tag("new"))), (std::vector<std::uint64_t>{21}));
+  EXPECT_EQ(js::append(*j, batch("pay|a", 2, 2)).error().code(), ErrorCode::journal_conflict);
+}
+
+TEST_F(SqliteCorruption, a_garbled_row_in_a_query_is_corrupt_record_naming_the_id_and_seq) {
+  using troupe::EventSelector;
+  auto expect_query_corrupt = [&](const std::string& sql, EventSelector sel, const std::string& detail) {
+    RawDb(path_).exec(sql);
+    auto r = js::query_events(*journal_, troupe::EventQuery{sel, {}, 100});
+    ASSERT_FALSE(r.ok()) << sql;
+    EXPECT_EQ(r.error().code(), ErrorCode::corrupt_record) << r.error().to_string();
+    EXPECT_NE(r.error().message().find("'bad' seq 2"), std::string::npos) << r.error().message();
+    EXPECT_NE(r.error().message().find(detail), std::string::npos) << r.error().message();
+    EXPECT_EQ(query(*journal_, EventSelector::of_type("good")).size(), 5u);
+  };
+  expect_query_corrupt("UPDATE events SET payload = 'text' WHERE persistence_id = 'bad' AND seq = 2",
+                       EventSelector::of_type("bad"), "payload is TEXT");
+  RawDb(path_).exec("UPDATE events SET payload = x'00' WHERE persistence_id = 'bad' AND seq = 2");
+  ASSERT_EQ(query(*journal_, EventSelector::of_type("bad")).size(), 5u);
+  RawDb(path_).exec("INSERT INTO event_tags SELECT 'c', ordering FROM events WHERE persistence_id = 'bad'");
+  expect_query_corrupt("UPDATE events SET tags = x'63' WHERE persistence_id = 'bad' AND seq = 2",
+                       EventSelector::with_tag("c"), "tags is BLOB");
+  expect_query_corrupt("UPDATE events SET tags = 'c' || char(10) || char(10) WHERE persistence_id = 'bad' AND seq = 2",
+                       EventSelector::of_type("bad"), "an empty tag");
+  expect_query_corrupt("UPDATE events SET tags = 'c' || char(9) WHERE persistence_id = 'bad' AND seq = 2",
+                       EventSelector::with_tag("c"), "control character");
+  auto rep = js::replay(*journal_, "bad");
+  ASSERT_FALSE(rep.ok());
+  EXPECT_NE(rep.error().message().find("'bad' seq 2: tags"), std::string::npos) << rep.error().message();
 }
 
 // --- crash consistency ---------------------------------------------------------------

@@ -15,7 +15,7 @@ namespace troupe::sqlite {
 namespace {
 
 // Reads the record columns (seq, timestamp_ms, type, version, payload, and
-// for an event trace_id) of the current row into `out`, checking every SQL type and range: a row
+// for an event trace_id and tags) of the current row into `out`, checking every SQL type and range: a row
 // that is not what this journal writes is corrupt_record, naming the id and
 // the seq (SPEC X1: a bad row is a clear error, never a crash or a guess).
 template <class Record>
@@ -61,6 +61,23 @@ Result<void> read_record(sqlite3_stmt* s, const std::string& path, const std::st
       return corrupt(seq_text, std::string("trace_id is ") + type_name(t) + ", expected TEXT or NULL");
     const auto* trace = reinterpret_cast<const char*>(sqlite3_column_text(s, 5));
     out.trace_id.assign(trace != nullptr ? trace : "", static_cast<std::size_t>(sqlite3_column_bytes(s, 5)));
+    // The tags: NULL for none, else what join_tags wrote.
+    const int tt = sqlite3_column_type(s, 6);
+    if (tt != SQLITE_NULL && tt != SQLITE_TEXT)
+      return corrupt(seq_text, std::string("tags is ") + type_name(tt) + ", expected TEXT or NULL");
+    if (tt == SQLITE_TEXT) {
+      const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 6));
+      std::string_view tags(text != nullptr ? text : "", static_cast<std::size_t>(sqlite3_column_bytes(s, 6)));
+      for (std::size_t at = 0; at <= tags.size();) {
+        std::size_t end = std::min(tags.find(kTagSeparator, at), tags.size());
+        std::string_view tag = tags.substr(at, end - at);
+        if (auto v = validate_tag(tag); !v) return corrupt(seq_text, "tags: " + v.error().message());
+        if (out.tags.size() == max_tags_per_event)
+          return corrupt(seq_text, "more than " + std::to_string(max_tags_per_event) + " tags");
+        out.tags.emplace_back(tag);
+        at = end + 1;
+      }
+    }
   }
   return {};
 }
@@ -194,6 +211,43 @@ Result<std::uint64_t> Reader::highest_seq(const std::string& id) {
 
 Result<std::optional<SnapshotRecord>> Reader::load_snapshot(const std::string& id) {
   return read_snapshot(id);
+}
+
+Result<EventPage> Reader::query_events(const EventQuery& query) {
+  const std::string& path = options_.path;
+  EventPage page;
+  // Orderings here have no transaction part: an offset with one was made
+  // by another journal and lies after everything here; so does one beyond
+  // the largest rowid.
+  if (query.after.tx != 0 || query.after.ordering >= kMaxSeq) return page;
+  const bool by_tag = !query.select.tag.empty();
+  Stmt& stmt = by_tag ? by_tag_ : by_type_;
+  if (stmt.get() == nullptr)
+    if (auto r = prepare(db_.get(), path, by_tag ? kQueryByTag : kQueryByType, stmt); !r) return std::move(r).error();
+  sqlite3_stmt* s = stmt.get();
+  ResetOnExit reset(s);
+  if (bind_text(s, 1, by_tag ? query.select.tag : query.select.entity_type) != SQLITE_OK ||
+      bind_seq(s, 2, query.after.ordering) != SQLITE_OK ||
+      sqlite3_bind_int64(s, 3, static_cast<sqlite3_int64>(query.limit)) != SQLITE_OK)
+    return failed(path, "bind the query " + query.select.to_string(), db_.get());
+  page.events.reserve(std::min<std::size_t>(query.limit, 1024));
+  for (;;) {
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) return page;
+    if (rc != SQLITE_ROW) return failed(path, "query " + query.select.to_string(), db_.get());
+    StreamEvent out;
+    // The ordering is the rowid: always an INTEGER, and above the offset.
+    out.offset = JournalOffset{0, static_cast<std::uint64_t>(sqlite3_column_int64(s, 7))};
+    const int id_type = sqlite3_column_type(s, 8);
+    if (id_type != SQLITE_TEXT)
+      return Error(ErrorCode::corrupt_record, "sqlite journal " + quoted(path) + ": corrupt event at ordering " +
+                                                  std::to_string(out.offset.ordering) + ": persistence_id is " +
+                                                  type_name(id_type) + ", expected TEXT");
+    const auto* id = reinterpret_cast<const char*>(sqlite3_column_text(s, 8));
+    out.persistence_id.assign(id != nullptr ? id : "", static_cast<std::size_t>(sqlite3_column_bytes(s, 8)));
+    if (auto r = read_record(s, path, out.persistence_id, "event", 1, out.event); !r) return std::move(r).error();
+    page.events.push_back(std::move(out));
+  }
 }
 
 Result<std::uint64_t> Reader::highest_fence() {

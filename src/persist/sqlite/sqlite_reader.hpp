@@ -29,6 +29,8 @@ class Reader final : public detail::JournalReader {
   Result<std::uint64_t> highest_fence() override;
   // sqlite_outbox.cpp.
   Result<OutboxView> read_outbox(const OutboxQuery& query) override;
+  // One statement, so one committed state without a transaction.
+  Result<EventPage> query_events(const EventQuery& query) override;
 
  private:
   Result<detail::StoredHighest> read_highest(const std::string& id);
@@ -42,7 +44,7 @@ class Reader final : public detail::JournalReader {
   const SqliteJournalOptions& options_;
   Connection db_;
   Stmt begin_, commit_, rollback_, events_, snapshot_, highest_, highest_fence_;
-  Stmt outbox_counts_, outbox_entries_;  // prepared on first use
+  Stmt outbox_counts_, outbox_entries_, by_type_, by_tag_;  // prepared on first use
 };
 
 }  // namespace troupe::sqlite

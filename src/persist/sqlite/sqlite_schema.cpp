@@ -17,22 +17,39 @@ namespace {
 
 // PRAGMA user_version of the layout below. A file with a higher number was
 // written by a newer troupe: refuse it rather than misread it.
-constexpr int kSchemaVersion = 2;
+constexpr int kSchemaVersion = 3;
 // PRAGMA application_id ("trup"): tells a troupe journal from some other
 // application's SQLite file, which open() must not add tables to.
 constexpr int kApplicationId = 0x74727570;
 
-
-constexpr const char* kCreateSchema = R"sql(
-CREATE TABLE events (
+// The tables of schema 3 other than `events` (whose layout kEventsTable
+// gives, so that the migration from 2 can build it under another name).
+constexpr const char* kEventsTable = R"sql(
+  ordering       INTEGER PRIMARY KEY,
   persistence_id TEXT    NOT NULL,
   seq            INTEGER NOT NULL,
   timestamp_ms   INTEGER,
   type           TEXT,
   version        INTEGER,
   payload        BLOB,
-  PRIMARY KEY (persistence_id, seq)
-);
+  trace_id       TEXT,
+  entity_type    TEXT,
+  tags           TEXT,
+  UNIQUE (persistence_id, seq)
+)sql";
+constexpr const char* kQueryTables = R"sql(
+CREATE INDEX events_by_type ON events (entity_type);
+CREATE TABLE event_tags (
+  tag      TEXT    NOT NULL,
+  ordering INTEGER NOT NULL,
+  PRIMARY KEY (tag, ordering)
+) WITHOUT ROWID;
+CREATE TABLE journal_state (
+  key   TEXT    NOT NULL PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+)sql";
+constexpr const char* kOtherTables = R"sql(
 CREATE TABLE deletions (
   persistence_id TEXT    NOT NULL PRIMARY KEY,
   deleted_to     INTEGER NOT NULL
@@ -51,7 +68,6 @@ CREATE TABLE fences (
   fence INTEGER NOT NULL
 ) WITHOUT ROWID;
 PRAGMA application_id = 1953658224;
-PRAGMA user_version = 2;
 )sql";
 // Schema 1 had no fences.
 constexpr const char* kMigrateFrom1 = R"sql(
@@ -61,7 +77,25 @@ CREATE TABLE fences (
 ) WITHOUT ROWID;
 PRAGMA user_version = 2;
 )sql";
-static_assert(kApplicationId == 1953658224, "kCreateSchema spells the application id in decimal");
+// Schema 2 kept events in a table whose rowid was implicit (VACUUM may
+// renumber such rowids) with neither entity types nor tags. The table is
+// rebuilt with the rowid as the declared `ordering` column, so every event
+// keeps its rowid as its place in the global order; the entity type is the
+// id's bytes up to the first '|' (computed on the bytes: an id need not be
+// valid UTF-8); no event has tags. Run after add_trace_column, so
+// trace_id exists.
+constexpr const char* kMigrateFrom2Copy = R"sql(
+INSERT INTO events_3 (ordering, persistence_id, seq, timestamp_ms, type, version, payload, trace_id, entity_type)
+SELECT rowid, persistence_id, seq, timestamp_ms, type, version, payload, trace_id,
+       CASE WHEN instr(CAST(persistence_id AS BLOB), x'7c') > 0
+            THEN CAST(substr(CAST(persistence_id AS BLOB), 1, instr(CAST(persistence_id AS BLOB), x'7c') - 1) AS TEXT)
+            ELSE persistence_id END
+FROM events;
+DROP TABLE events;
+ALTER TABLE events_3 RENAME TO events;
+)sql";
+static_assert(kApplicationId == 1953658224, "kOtherTables spells the application id in decimal");
+static_assert(kSchemaVersion == 3, "check_schema and migrate_from_2 spell the version");
 
 // Adds the events' trace_id column (SPEC X4) to a file that lacks it: a new
 // one, or one written before the column existed. Older builds still read
@@ -74,6 +108,17 @@ Result<void> add_trace_column(sqlite3* db, const std::string& path) {
   if (sqlite3_step(s.get()) != SQLITE_ROW) return failed(path, "look for the trace_id column", db);
   if (sqlite3_column_int64(s.get(), 0) > 0) return {};
   return exec(db, path, "ALTER TABLE events ADD COLUMN trace_id TEXT", "add the trace_id column");
+}
+
+// Schema 2 to 3 (kMigrateFrom2Copy), in the schema check's transaction: a
+// failure anywhere leaves the file as it was.
+Result<void> migrate_from_2(sqlite3* db, const std::string& path) {
+  if (auto r = add_trace_column(db, path); !r) return r;
+  const std::string create = std::string("CREATE TABLE events_3 (") + kEventsTable + ");";
+  if (auto r = exec(db, path, create.c_str(), "create the events table of schema 3"); !r) return r;
+  if (auto r = exec(db, path, kMigrateFrom2Copy, "copy the events into schema 3"); !r) return r;
+  if (auto r = exec(db, path, kQueryTables, "create the query tables of schema 3"); !r) return r;
+  return exec(db, path, "PRAGMA user_version = 3", "set schema version 3");
 }
 
 // Checks the schema under the write lock, creating it in a new file and
@@ -95,7 +140,11 @@ Result<void> check_schema(sqlite3* db, const std::string& path) {
     if (auto r = pragma_int("PRAGMA user_version", version); !r) return r;
     if (auto r = pragma_int("PRAGMA application_id", app); !r) return r;
     if (auto r = pragma_int("SELECT count(*) FROM sqlite_schema", tables); !r) return r;
-    if (version == 0 && app == 0 && tables == 0) return exec(db, path, kCreateSchema, "create the tables");
+    if (version == 0 && app == 0 && tables == 0) {
+      const std::string create = std::string("CREATE TABLE events (") + kEventsTable + ");" + kQueryTables +
+                                 kOtherTables + "PRAGMA user_version = 3;";
+      return exec(db, path, create.c_str(), "create the tables");
+    }
     if (app != kApplicationId)
       return Error(ErrorCode::journal_failed, "sqlite journal " + quoted(path) +
                                                   ": the file is an SQLite database of another application "
@@ -104,12 +153,15 @@ Result<void> check_schema(sqlite3* db, const std::string& path) {
       return Error(ErrorCode::journal_failed,
                    "sqlite journal " + quoted(path) + ": schema version " + std::to_string(version) +
                        " is newer than this build understands (" + std::to_string(kSchemaVersion) + ")");
-    if (version == 1) return exec(db, path, kMigrateFrom1, "add the fences table (schema 1 to 2)");
-    if (version != kSchemaVersion)
+    if (version < 1)
       return Error(ErrorCode::journal_failed, "sqlite journal " + quoted(path) + ": unknown schema version " +
                                                   std::to_string(version));
+    if (version == 1)
+      if (auto r = exec(db, path, kMigrateFrom1, "add the fences table (schema 1 to 2)"); !r) return r;
+    if (version <= 2) return migrate_from_2(db, path);
     return {};
   }();
+  // A file of any version may lack the column (rows from before it).
   if (schema) schema = add_trace_column(db, path);
   if (!schema) {
     (void)exec(db, path, "ROLLBACK", "roll back the schema check");

@@ -56,6 +56,15 @@ Result<void> run(sqlite3* db, const std::string& path, sqlite3_stmt* s, std::str
   return r;
 }
 
+std::string join_tags(const std::vector<std::string>& tags) {
+  std::string out;
+  for (std::size_t i = 0; i < tags.size(); ++i) {
+    if (i > 0) out += kTagSeparator;
+    out += tags[i];
+  }
+  return out;
+}
+
 const char* type_name(int t) {
   switch (t) {
     case SQLITE_INTEGER: return "INTEGER";

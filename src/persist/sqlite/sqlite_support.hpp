@@ -14,6 +14,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "troupe/persist/journal.hpp"
 
@@ -26,9 +27,23 @@ constexpr std::uint64_t kMaxSeq = static_cast<std::uint64_t>(std::numeric_limits
 // (entries are reloaded from the database on next use).
 constexpr std::size_t kMaxCachedIds = std::size_t{1} << 20;
 
+// The writer assigns `ordering` (the rowid) itself: see Writer::next_ordering_.
 inline constexpr const char* kInsertEvent =
-    "INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload, trace_id) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    "INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload, trace_id, ordering, "
+    "entity_type, tags) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+// OR IGNORE: an event may name a tag twice; it is found once.
+inline constexpr const char* kInsertTag = "INSERT OR IGNORE INTO event_tags (tag, ordering) VALUES (?1, ?2)";
+inline constexpr const char* kSelectDeletedTags =
+    "SELECT ordering, tags FROM events WHERE persistence_id = ?1 AND seq <= ?2 AND tags IS NOT NULL";
+inline constexpr const char* kDeleteTag = "DELETE FROM event_tags WHERE tag = ?1 AND ordering = ?2";
+// The highest ordering ever given, kept where delete_up_to might remove the
+// event that holds it.
+inline constexpr const char* kSelectOrderingHigh =
+    "SELECT max(coalesce((SELECT max(ordering) FROM events), 0), "
+    "coalesce((SELECT value FROM journal_state WHERE key = 'ordering_high'), 0))";
+inline constexpr const char* kRaiseOrderingHigh =
+    "INSERT INTO journal_state (key, value) VALUES ('ordering_high', ?1) "
+    "ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)";
 // Both halves of "highest": the largest stored seq and the deletion mark.
 // One statement, so one consistent read even outside a transaction.
 inline constexpr const char* kSelectHighest =
@@ -49,8 +64,24 @@ inline constexpr const char* kUpsertFence =
     "INSERT INTO fences (key, fence) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET fence = excluded.fence";
 inline constexpr const char* kSelectHighestFence = "SELECT coalesce(max(fence), 0) FROM fences";
 inline constexpr const char* kSelectEvents =
-    "SELECT seq, timestamp_ms, type, version, payload, trace_id FROM events "
+    "SELECT seq, timestamp_ms, type, version, payload, trace_id, tags FROM events "
     "WHERE persistence_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq";
+// Queries (event_query.hpp): the replay columns, then ordering and id. By
+// type: the events_by_type index (entity_type, then the rowid). By tag:
+// event_tags' key (tag, ordering), then each event by its rowid; CROSS JOIN
+// keeps that nesting.
+inline constexpr const char* kQueryByType =
+    "SELECT seq, timestamp_ms, type, version, payload, trace_id, tags, ordering, persistence_id FROM events "
+    "WHERE entity_type = ?1 AND ordering > ?2 ORDER BY ordering LIMIT ?3";
+inline constexpr const char* kQueryByTag =
+    "SELECT e.seq, e.timestamp_ms, e.type, e.version, e.payload, e.trace_id, e.tags, e.ordering, "
+    "e.persistence_id FROM event_tags t CROSS JOIN events e ON e.ordering = t.ordering "
+    "WHERE t.tag = ?1 AND t.ordering > ?2 ORDER BY t.ordering LIMIT ?3";
+
+// Tags are stored in events.tags joined by this byte (NULL for none); a tag
+// holds no control character (validate_tag), so it cannot hold this one.
+inline constexpr char kTagSeparator = '\n';
+std::string join_tags(const std::vector<std::string>& tags);
 inline constexpr const char* kSelectSnapshot =
     "SELECT seq, timestamp_ms, type, version, payload FROM snapshots "
     "WHERE persistence_id = ?1 ORDER BY seq DESC LIMIT 1";

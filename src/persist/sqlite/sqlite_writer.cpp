@@ -19,7 +19,7 @@ Result<void> Writer::open() {
   if (auto r = open_for_writing(db_, options_); !r) return r;
   if (auto r = ensure_outbox(db_.get(), path); !r) return r;
   if (auto r = prepare_outbox(); !r) return r;
-  return prepare_all(db_.get(), path,
+  auto prepared = prepare_all(db_.get(), path,
                      {
                          {&begin_, "BEGIN IMMEDIATE"},         {&commit_, "COMMIT"},
                          {&rollback_, "ROLLBACK"},             {&savepoint_, "SAVEPOINT op"},
@@ -28,7 +28,12 @@ Result<void> Writer::open() {
                          {&delete_events_, kDeleteEvents},     {&upsert_deletion_, kUpsertDeletion},
                          {&insert_snapshot_, kInsertSnapshot}, {&prune_snapshots_, kPruneSnapshots},
                          {&select_fence_, kSelectFence},       {&upsert_fence_, kUpsertFence},
+                         {&insert_tag_, kInsertTag},           {&select_deleted_tags_, kSelectDeletedTags},
+                         {&delete_tag_, kDeleteTag},           {&select_ordering_high_, kSelectOrderingHigh},
+                         {&raise_ordering_high_, kRaiseOrderingHigh},
                      });
+  if (!prepared) return prepared;
+  return load_next_ordering();
 }
 
 void Writer::forget() {
@@ -145,13 +150,17 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
   if (auto c = detail::check_continues(quoted(id), batch.events.front().seq, highest); !c) return c;
 
   // A one-row INSERT that fails leaves nothing behind (SQLite undoes the
-  // statement), so only multi-row batches (several events, or outbox
+  // statement), so only multi-row batches (several events, tags, or outbox
   // records with the event) need a savepoint.
-  const bool multi = batch.events.size() > 1 || !batch.outbox.empty();
+  bool tagged = false;
+  for (const EventRecord& e : batch.events) tagged = tagged || !e.tags.empty();
+  const bool multi = batch.events.size() > 1 || !batch.outbox.empty() || tagged;
   if (multi)
     if (auto r = savepoint(); !r) return r;
   sqlite3_stmt* s = insert_event_.get();
-  if (bind_text(s, 1, id) != SQLITE_OK) {
+  const std::string_view type = entity_type_of(id);
+  if (bind_text(s, 1, id) != SQLITE_OK ||
+      sqlite3_bind_text64(s, 9, type.data(), type.size(), SQLITE_STATIC, SQLITE_UTF8) != SQLITE_OK) {
     Error e = fail("bind the persistence id");
     if (multi) rollback_savepoint();
     return e;
@@ -163,13 +172,34 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
     if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 5, e.version);
     if (rc == SQLITE_OK) rc = bind_blob(s, 6, e.payload);
     if (rc == SQLITE_OK) rc = e.trace_id.empty() ? sqlite3_bind_null(s, 7) : bind_text(s, 7, e.trace_id);
-    if (rc == SQLITE_OK) rc = sqlite3_step(s);
+    if (rc == SQLITE_OK) {
+      if (e.tags.empty()) {
+        rc = sqlite3_bind_null(s, 10);
+      } else {
+        tags_text_ = join_tags(e.tags);
+        rc = bind_text(s, 10, tags_text_);
+      }
+    }
+    std::uint64_t ordering = 0;
+    int ext = SQLITE_OK;
+    auto insert = [&] {
+      ordering = next_ordering_++;
+      rc = bind_seq(s, 8, ordering);
+      if (rc == SQLITE_OK) rc = sqlite3_step(s);
+      ext = rc == SQLITE_DONE ? SQLITE_OK : sqlite3_extended_errcode(db_.get());
+    };
+    if (rc == SQLITE_OK) insert();
+    // The ordering is taken by a row this writer did not write (a tool's
+    // insert): read the next free number again and try once more.
+    if (ext == SQLITE_CONSTRAINT_PRIMARYKEY) {
+      sqlite3_reset(s);
+      if (load_next_ordering()) insert();
+    }
     if (rc != SQLITE_DONE) {
-      const int ext = sqlite3_extended_errcode(db_.get());
       Error err = fail("append " + quoted(id) + " seq " + std::to_string(e.seq));
       sqlite3_reset(s);
       if (multi) rollback_savepoint();
-      if (ext == SQLITE_CONSTRAINT_PRIMARYKEY) {
+      if (ext == SQLITE_CONSTRAINT_UNIQUE) {
         highest_.erase(id);  // it was wrong; reload on next use
         return Error(ErrorCode::journal_conflict, quoted(id) + " already holds sequence number " +
                                                       std::to_string(e.seq) + ": another writer appended it");
@@ -177,6 +207,11 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
       return err;
     }
     sqlite3_reset(s);
+    if (!e.tags.empty())
+      if (auto r = insert_tags(e, ordering); !r) {
+        rollback_savepoint();
+        return r;
+      }
   }
   if (!batch.outbox.empty())
     if (auto r = insert_outbox(batch); !r) {
@@ -190,6 +225,59 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
     }
   highest = batch.events.back().seq;
   written += batch.events.size();
+  return {};
+}
+
+Result<void> Writer::load_next_ordering() {
+  sqlite3_stmt* s = select_ordering_high_.get();
+  ResetOnExit reset(s);
+  if (sqlite3_step(s) != SQLITE_ROW) return fail("read the highest ordering");
+  next_ordering_ = std::max(next_ordering_, static_cast<std::uint64_t>(std::max<sqlite3_int64>(0, sqlite3_column_int64(s, 0))) + 1);
+  return {};
+}
+
+Result<void> Writer::insert_tags(const EventRecord& e, std::uint64_t ordering) {
+  sqlite3_stmt* s = insert_tag_.get();
+  for (const std::string& tag : e.tags) {
+    ResetOnExit reset(s);
+    if (bind_text(s, 1, tag) != SQLITE_OK || bind_seq(s, 2, ordering) != SQLITE_OK || sqlite3_step(s) != SQLITE_DONE)
+      return fail("store tag '" + tag + "' of seq " + std::to_string(e.seq));
+  }
+  return {};
+}
+
+Result<void> Writer::delete_tags(const std::string& id, std::uint64_t to_seq) {
+  sqlite3_stmt* s = select_deleted_tags_.get();
+  ResetOnExit reset(s);
+  if (bind_text(s, 1, id) != SQLITE_OK || bind_seq(s, 2, to_seq) != SQLITE_OK)
+    return fail("bind the tags of " + quoted(id));
+  sqlite3_stmt* d = delete_tag_.get();
+  for (;;) {
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) return {};
+    if (rc != SQLITE_ROW) return fail("read the tags of " + quoted(id) + " up to " + std::to_string(to_seq));
+    const sqlite3_int64 ordering = sqlite3_column_int64(s, 0);
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 1));
+    std::string_view tags(text != nullptr ? text : "", static_cast<std::size_t>(sqlite3_column_bytes(s, 1)));
+    // Whatever the column holds, every piece of it goes: a garbled value
+    // only leaves index entries that match no event.
+    for (std::size_t at = 0; at <= tags.size();) {
+      std::size_t end = std::min(tags.find(kTagSeparator, at), tags.size());
+      ResetOnExit reset_d(d);
+      if (sqlite3_bind_text64(d, 1, tags.data() + at, end - at, SQLITE_STATIC, SQLITE_UTF8) != SQLITE_OK ||
+          sqlite3_bind_int64(d, 2, ordering) != SQLITE_OK || sqlite3_step(d) != SQLITE_DONE)
+        return fail("delete the tags of " + quoted(id) + " up to " + std::to_string(to_seq));
+      at = end + 1;
+    }
+  }
+}
+
+Result<void> Writer::keep_ordering_high() {
+  if (next_ordering_ <= 1) return {};
+  sqlite3_stmt* s = raise_ordering_high_.get();
+  ResetOnExit reset(s);
+  if (bind_seq(s, 1, next_ordering_ - 1) != SQLITE_OK || sqlite3_step(s) != SQLITE_DONE)
+    return fail("keep the highest ordering");
   return {};
 }
 
@@ -207,8 +295,12 @@ Result<void> Writer::do_delete(const std::string& id, std::uint64_t to_seq) {
       return fail(std::string(doing) + " of " + quoted(id) + " up to " + std::to_string(upto));
     return {};
   };
-  Result<void> r = step(delete_events_.get(), "delete the events");
+  // The tags first, while their events still say which they are; and the
+  // highest ordering, should this remove the event that holds it.
+  Result<void> r = delete_tags(id, upto);
+  if (r) r = step(delete_events_.get(), "delete the events");
   if (r) r = step(upsert_deletion_.get(), "record the deletion");
+  if (r) r = keep_ordering_high();
   if (r) r = release();
   if (!r) rollback_savepoint();
   return r;

@@ -41,6 +41,13 @@ class Writer final : public detail::JournalLane {
   Result<void> prepare_outbox();
   Result<void> insert_outbox(const AppendBatch& batch);
   Result<void> do_outbox(detail::OutboxWrite& op);
+  // The global order: the next ordering read at open
+  // (and again should a row this writer did not write hold it), an event's
+  // tags inserted after it, deleted events' tags removed with them.
+  Result<void> load_next_ordering();
+  Result<void> insert_tags(const EventRecord& e, std::uint64_t ordering);
+  Result<void> delete_tags(const std::string& id, std::uint64_t to_seq);
+  Result<void> keep_ordering_high();
   Result<std::uint64_t*> cached_highest(const std::string& id);
   Result<std::uint64_t*> cached_fence(const std::string& key);
   Result<void> savepoint();
@@ -54,6 +61,7 @@ class Writer final : public detail::JournalLane {
   Stmt begin_, commit_, rollback_, savepoint_, release_, rollback_to_;
   Stmt insert_event_, select_highest_, delete_events_, upsert_deletion_, insert_snapshot_, prune_snapshots_;
   Stmt select_fence_, upsert_fence_;
+  Stmt insert_tag_, select_deleted_tags_, delete_tag_, select_ordering_high_, raise_ordering_high_;
   Stmt insert_outbox_, claim_outbox_, settle_done_, settle_update_;
   // Highest seq per id and the stored fence per key, as of the current
   // transaction. Valid because this thread is the only writer of the file
@@ -61,6 +69,13 @@ class Writer final : public detail::JournalLane {
   // transaction is lost.
   std::unordered_map<std::string, std::uint64_t> highest_;
   std::unordered_map<std::string, std::uint64_t> fences_;
+  // The ordering (rowid) the next event gets. Assigned here, not by SQLite,
+  // whose max(rowid) + 1 would give the numbers of the last events again
+  // once delete_up_to removed them: readers resume after those numbers.
+  // Kept across lost transactions (a gap in the order is harmless; a number
+  // given twice is not). doc/journal.md "Global order".
+  std::uint64_t next_ordering_ = 1;
+  std::string tags_text_;  // the current event's tags, joined, bound to the insert
 };
 
 }  // namespace troupe::sqlite
