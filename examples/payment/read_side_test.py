@@ -46,7 +46,15 @@ read_slices = {SLICES}
 
 def traffic(api, first, count):
     """Payments first..first+count-1: created only, cancelled before
-    settling, settled, or settled and then cancelled (a refund)."""
+    settling, settled, or settled and then cancelled (a refund). Stops at
+    the first request the service does not answer (it was killed)."""
+    try:
+        payments(api, first, count)
+    except OSError as e:
+        print(f"traffic stopped: {e}", flush=True)
+
+
+def payments(api, first, count):
     for i in range(first, first + count):
         pid = f"rs-{i}"
         body = {"id": pid, "customer": CUSTOMERS[i % 4], "order_id": f"ord-{i}", "amount": 100 + i}
