@@ -26,6 +26,7 @@ bool lock(const std::string& workload);  // lock.cpp: lock_uncontended, _contend
 bool lock_cluster(const std::string& workload);  // lock_cluster.cpp: lock_cluster, lock_cluster_contended
 int lock_cluster_server(const std::string& workload, const char* fd_arg);  // lock_cluster.cpp: the owner node
 void process_manager();                  // process_manager.cpp
+void projection_throughput();            // projections.cpp
 void jobs(const std::string& workload);  // jobs.cpp: jobs_{memory,durable,durable_fsync}_c{1,50}[_prio]
 void jobs_cluster(const std::string& workload);  // jobs_cluster.cpp: jobs_cluster_c50 (three nodes)
 void failover();                         // cluster.cpp
@@ -403,6 +404,8 @@ int main(int argc, char** argv) {
     troupe_bench::entity_memory();
   } else if (w == "process_manager") {
     troupe_bench::process_manager();
+  } else if (w == "projection_throughput") {
+    troupe_bench::projection_throughput();
   } else if (w == "failover") {
     troupe_bench::failover();
   } else if (w == "rebalance") {

@@ -10,5 +10,7 @@
 #include "troupe/persist/outbox.hpp"
 #include "troupe/persist/outbox_dispatcher.hpp"
 #include "troupe/persist/projection.hpp"
+#include "troupe/persist/reminder_service.hpp"
+#include "troupe/persist/reminders.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
 #include "troupe/persist/sqlite_read_model.hpp"

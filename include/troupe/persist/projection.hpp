@@ -38,6 +38,7 @@
 // The handler is called on the projection's thread only, one event at a
 // time, in the stream's order.
 
+#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -101,7 +102,21 @@ struct ProjectionStatus {
   std::int64_t lag_ms = 0;
   bool caught_up = false;
   std::optional<ProjectionFailure> failure;
+  // Every applied event's lag (ms from its timestamp to the commit of its
+  // page), counted in buckets: lag_counts[i] events had a lag of at most
+  // projection_lag_bounds_ms[i] (and more than the bound before); the last
+  // count is for lags above every bound. Since start.
+  std::array<std::uint64_t, 14> lag_counts{};
+  std::int64_t lag_sum_ms = 0;
 };
+
+// The upper bounds (ms) of ProjectionStatus::lag_counts' buckets.
+inline constexpr std::array<std::int64_t, 13> projection_lag_bounds_ms{1,   2,   5,    10,   20,   50,   100,
+                                                                      200, 500, 1000, 2000, 5000, 10000};
+// The lag (ms) below which a fraction q (0 < q <= 1) of the counted events
+// fell: the upper bound of the bucket where the q-quantile lies; nullopt
+// when nothing was counted or it lies above every bound.
+std::optional<std::int64_t> projection_lag_quantile(const ProjectionStatus& s, double q);
 
 namespace detail {
 

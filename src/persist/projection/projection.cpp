@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -27,6 +28,19 @@ std::string_view to_string(ProjectionState s) noexcept {
     case ProjectionState::stopped: return "stopped";
   }
   return "unknown";
+}
+
+std::optional<std::int64_t> projection_lag_quantile(const ProjectionStatus& s, double q) {
+  std::uint64_t total = 0;
+  for (auto c : s.lag_counts) total += c;
+  if (total == 0 || q <= 0 || q > 1) return std::nullopt;
+  const auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total)));
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < projection_lag_bounds_ms.size(); ++i) {
+    seen += s.lag_counts[i];
+    if (seen >= rank) return projection_lag_bounds_ms[i];
+  }
+  return std::nullopt;
 }
 
 namespace detail {
@@ -247,8 +261,15 @@ class ProjectionActor final : public Actor<ProjMsg> {
     attempts_ = 0;
     const auto& page = *page_;
     offset_ = page.back().offset;
-    const std::int64_t lag = std::max<std::int64_t>(0, wall_ms(wall_now()) - page.back().event.timestamp_ms);
+    const std::int64_t now = wall_ms(wall_now());
+    const std::int64_t lag = std::max<std::int64_t>(0, now - page.back().event.timestamp_ms);
     core_->update([&](ProjectionStatus& s) {
+      for (const StreamEvent& e : page) {
+        const std::int64_t l = std::max<std::int64_t>(0, now - e.event.timestamp_ms);
+        const auto b = std::lower_bound(projection_lag_bounds_ms.begin(), projection_lag_bounds_ms.end(), l);
+        ++s.lag_counts[static_cast<std::size_t>(b - projection_lag_bounds_ms.begin())];
+        s.lag_sum_ms += l;
+      }
       s.offset = offset_;
       s.events_applied += page.size();
       ++s.pages_applied;

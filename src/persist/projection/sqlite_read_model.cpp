@@ -6,13 +6,13 @@
 
 #include <sqlite3.h>
 
-#include <exception>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
 
 #include "../sqlite/sqlite_support.hpp"
+#include "guarded_body.hpp"
 
 namespace troupe {
 
@@ -118,6 +118,25 @@ class SqliteTransaction::Impl {
     return {};
   }
 
+  // The stored offset of `key`: nullopt for none; corrupt_record unless
+  // both columns are non-negative integers.
+  Result<std::optional<JournalOffset>> offset(std::string_view key) {
+    auto st = statement(kSelectOffset);
+    if (!st) return std::move(st).error();
+    sqlite3_stmt* s = *st;
+    sqlite::ResetOnExit reset(s);
+    if (auto b = bind(s, kSelectOffset, {key}); !b) return std::move(b).error();
+    const int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) return std::optional<JournalOffset>{};
+    if (rc != SQLITE_ROW) return model_error(path_, "read the offset", conn_.get());
+    if (sqlite3_column_type(s, 0) != SQLITE_INTEGER || sqlite3_column_type(s, 1) != SQLITE_INTEGER ||
+        sqlite3_column_int64(s, 0) < 0 || sqlite3_column_int64(s, 1) < 0)
+      return Error(ErrorCode::corrupt_record, "sqlite read model " + quoted(path_) + ": the offset of projection " +
+                                                  quoted(key) + " is not two non-negative integers");
+    return std::optional<JournalOffset>(JournalOffset{static_cast<std::uint64_t>(sqlite3_column_int64(s, 0)),
+                                                      static_cast<std::uint64_t>(sqlite3_column_int64(s, 1))});
+  }
+
   std::int64_t changes() const noexcept { return changes_; }
   sqlite3* db() const noexcept { return conn_.get(); }
   const std::string& path() const noexcept { return path_; }
@@ -198,15 +217,7 @@ const std::string& SqliteReadModel::path() const noexcept { return state_->optio
 
 Result<std::optional<JournalOffset>> SqliteReadModel::load_offset(std::string_view key) {
   std::lock_guard lk(state_->write_mu);
-  std::vector<SqlRow> rows;
-  if (auto r = state_->writer->run(kSelectOffset, {key}, &rows); !r) return std::move(r).error();
-  if (rows.empty()) return std::optional<JournalOffset>{};
-  const auto* tx = std::get_if<std::int64_t>(&rows[0][0]);
-  const auto* ord = std::get_if<std::int64_t>(&rows[0][1]);
-  if (tx == nullptr || ord == nullptr || *tx < 0 || *ord < 0)
-    return Error(ErrorCode::corrupt_record, "sqlite read model " + quoted(path()) + ": the offset of projection " +
-                                                quoted(key) + " is not two non-negative integers");
-  return std::optional<JournalOffset>(JournalOffset{static_cast<std::uint64_t>(*tx), static_cast<std::uint64_t>(*ord)});
+  return state_->writer->offset(key);
 }
 
 namespace {
@@ -215,15 +226,7 @@ namespace {
 // any failure (an exception from body included).
 Result<void> in_transaction(SqliteTransaction::Impl& w, const std::function<Result<void>()>& body) {
   if (auto r = w.run("BEGIN IMMEDIATE", {}, nullptr); !r) return r;
-  Result<void> r = [&]() -> Result<void> {
-    try {
-      return body();
-    } catch (const std::exception& e) {
-      return Error(ErrorCode::journal_failed, std::string("the read model's handler threw: ") + e.what());
-    } catch (...) {
-      return Error(ErrorCode::journal_failed, "the read model's handler threw something not an exception");
-    }
-  }();
+  Result<void> r = detail::guarded_body(body);
   if (r) r = w.run("COMMIT", {}, nullptr);
   if (!r && !sqlite3_get_autocommit(w.db())) (void)w.run("ROLLBACK", {}, nullptr);
   return r;
@@ -236,15 +239,9 @@ Result<void> SqliteReadModel::transact(std::string_view key, std::optional<Journ
   std::lock_guard lk(state_->write_mu);
   auto& w = *state_->writer;
   return in_transaction(w, [&]() -> Result<void> {
-    std::vector<SqlRow> rows;
-    if (auto r = w.run(kSelectOffset, {key}, &rows); !r) return r;
-    std::optional<JournalOffset> stored;
-    if (!rows.empty()) {
-      const auto* tx = std::get_if<std::int64_t>(&rows[0][0]);
-      const auto* ord = std::get_if<std::int64_t>(&rows[0][1]);
-      if (tx != nullptr && ord != nullptr)
-        stored = JournalOffset{static_cast<std::uint64_t>(*tx), static_cast<std::uint64_t>(*ord)};
-    }
+    auto read = w.offset(key);
+    if (!read) return std::move(read).error();
+    const std::optional<JournalOffset> stored = *read;
     if (stored != from)
       return Error(ErrorCode::journal_conflict,
                    "projection " + quoted(key) + ": its stored offset is " +

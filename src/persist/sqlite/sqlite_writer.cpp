@@ -232,7 +232,8 @@ Result<void> Writer::load_next_ordering() {
   sqlite3_stmt* s = select_ordering_high_.get();
   ResetOnExit reset(s);
   if (sqlite3_step(s) != SQLITE_ROW) return fail("read the highest ordering");
-  next_ordering_ = std::max(next_ordering_, static_cast<std::uint64_t>(std::max<sqlite3_int64>(0, sqlite3_column_int64(s, 0))) + 1);
+  const auto high = static_cast<std::uint64_t>(std::max<sqlite3_int64>(0, sqlite3_column_int64(s, 0)));
+  next_ordering_ = std::max(next_ordering_, high + 1);
   return {};
 }
 

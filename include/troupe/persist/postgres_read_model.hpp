@@ -1,0 +1,97 @@
+#pragma once
+// PostgresReadModel: a PostgreSQL schema a projection writes its read model
+// into, with the projection's offset in the same transaction (exactly once;
+// read_model.hpp). It may be the journal's own database and schema (the
+// tables live beside the journal's) or any other.
+//
+//   auto model = troupe::PostgresReadModel::open({.conninfo = "...", .schema = "payments"}).value();
+//   struct ByCustomer {
+//     using ReadModel = troupe::PostgresReadModel;
+//     troupe::Result<void> apply(troupe::PostgresTransaction& tx, const troupe::StreamEvent& e) {
+//       return tx.exec("INSERT INTO by_customer VALUES ($1, $2)", {customer, id});
+//     }
+//   };
+//
+// Statements name their tables as they are; the connection's search_path
+// starts with the schema, so unqualified names are the schema's.
+//
+// Ownership: open() returns a shared handle; the projections that write
+// into it and the code that reads it share it. Thread safety: every member
+// is thread-safe. Writes (transact) are serialised on one connection, reads
+// (query) use a second one; both reconnect after the server dropped them
+// (the transaction in flight fails and its page is tried again).
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "troupe/core/result.hpp"
+#include "troupe/persist/event_query.hpp"
+#include "troupe/persist/read_model.hpp"
+
+struct pg_conn;
+
+namespace troupe {
+
+struct PostgresReadModelOptions {
+  std::string conninfo;            // libpq connection string
+  std::string schema = "public";   // created if missing
+};
+
+// A transaction on the read model, given to a projection's handler. Valid
+// only inside the call it is given to; used by that call's thread only.
+class PostgresTransaction {
+ public:
+  // Runs one statement, binding `params` to $1, $2, ... (as text; integers
+  // and reals in their decimal form). Errors: journal_failed with the
+  // server's message and SQLSTATE.
+  Result<void> exec(std::string_view sql, std::initializer_list<SqlParam> params = {});
+  // Runs a query in the transaction and returns its rows (integers as
+  // integers, reals as reals, everything else as text).
+  Result<std::vector<SqlRow>> query(std::string_view sql, std::initializer_list<SqlParam> params = {});
+  // Rows the last exec changed.
+  std::int64_t changes() const;
+  // The connection, for what exec and query do not cover. Do not commit or
+  // roll back on it.
+  pg_conn* handle() const noexcept;
+
+  class Impl;
+  explicit PostgresTransaction(Impl& impl) : impl_(impl) {}
+
+ private:
+  Impl& impl_;
+};
+
+class PostgresReadModel {
+ public:
+  using Transaction = PostgresTransaction;
+
+  // Connects twice, creates the schema and the offsets table if missing.
+  // invalid_argument for an empty conninfo or schema; journal_failed when
+  // the server refuses.
+  static Result<std::shared_ptr<PostgresReadModel>> open(PostgresReadModelOptions options);
+  ~PostgresReadModel();
+  PostgresReadModel(const PostgresReadModel&) = delete;
+  PostgresReadModel& operator=(const PostgresReadModel&) = delete;
+
+  // As SqliteReadModel's (sqlite_read_model.hpp).
+  Result<std::optional<JournalOffset>> load_offset(std::string_view key);
+  Result<void> transact(std::string_view key, std::optional<JournalOffset> from, JournalOffset to,
+                        const std::function<Result<void>(PostgresTransaction&)>& body);
+  Result<void> transact(const std::function<Result<void>(PostgresTransaction&)>& body);
+  Result<std::vector<SqlRow>> query(std::string_view sql, std::initializer_list<SqlParam> params = {});
+  const std::string& schema() const noexcept;
+
+  struct State;
+
+ private:
+  explicit PostgresReadModel(std::unique_ptr<State> s);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace troupe

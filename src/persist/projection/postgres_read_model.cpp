@@ -1,0 +1,323 @@
+// PostgresReadModel (postgres_read_model.hpp): two libpq connections (write,
+// read) with statements prepared once per connection, the offsets table and
+// its compare-and-move rule, and reconnecting after the server dropped one.
+
+#include "troupe/persist/postgres_read_model.hpp"
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "guarded_body.hpp"
+
+namespace troupe {
+
+namespace {
+
+constexpr Oid kInt2 = 21, kInt4 = 23, kInt8 = 20, kFloat4 = 700, kFloat8 = 701;
+
+std::int64_t as_int(std::uint64_t v) { return static_cast<std::int64_t>(std::min<std::uint64_t>(v, INT64_MAX)); }
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string quote_ident(std::string_view s) {
+  std::string q = "\"";
+  for (char c : s) {
+    q += c;
+    if (c == '"') q += '"';
+  }
+  return q + "\"";
+}
+
+struct ResultFree {
+  void operator()(PGresult* r) const noexcept { PQclear(r); }
+};
+using ResultPtr = std::unique_ptr<PGresult, ResultFree>;
+
+}  // namespace
+
+// One connection, its prepared statements, and the schema it works in.
+class PostgresTransaction::Impl {
+ public:
+  Impl(std::string conninfo, std::string schema) : conninfo_(std::move(conninfo)), schema_(std::move(schema)) {}
+  ~Impl() {
+    if (conn_ != nullptr) PQfinish(conn_);
+  }
+
+  Result<void> connect() {
+    if (conn_ != nullptr && PQstatus(conn_) == CONNECTION_OK) return {};
+    // Never a new connection inside a transaction: what follows would run
+    // outside it. The transaction fails; the next one reconnects.
+    if (tx_open_)
+      return Error(ErrorCode::journal_failed, "postgres read model: the connection broke in a transaction: " + message());
+    if (conn_ != nullptr) PQfinish(conn_);
+    prepared_.clear();
+    conn_ = PQconnectdb(conninfo_.c_str());
+    if (PQstatus(conn_) != CONNECTION_OK)
+      return Error(ErrorCode::journal_failed, "postgres read model: cannot connect: " + message());
+    ResultPtr r(PQexec(conn_, ("SET search_path TO " + quote_ident(schema_) + ", public").c_str()));
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK)
+      return Error(ErrorCode::journal_failed, "postgres read model: cannot set the search path: " + message());
+    return {};
+  }
+
+  // Runs `sql` with `params`; collects rows when `rows` is given.
+  Result<void> run(std::string_view sql, std::initializer_list<SqlParam> params, std::vector<SqlRow>* rows) {
+    if (auto c = connect(); !c) return c;
+    auto name = prepare(sql, params.size());
+    if (!name) return std::move(name).error();
+    std::vector<std::string> texts;
+    texts.reserve(params.size());
+    std::vector<const char*> values;
+    std::vector<int> lengths, formats;
+    for (const SqlParam& p : params) {
+      if (std::holds_alternative<std::nullptr_t>(p)) {
+        values.push_back(nullptr);
+        lengths.push_back(0);
+        formats.push_back(0);
+        continue;
+      }
+      if (auto* v = std::get_if<std::string_view>(&p)) {
+        // Bytes as they are (binary format: text and bytea take them raw).
+        values.push_back(v->data());
+        lengths.push_back(static_cast<int>(v->size()));
+        formats.push_back(1);
+        continue;
+      }
+      if (auto* n = std::get_if<std::int64_t>(&p)) texts.push_back(std::to_string(*n));
+      else texts.push_back(std::to_string(std::get<double>(p)));
+      values.push_back(texts.back().c_str());
+      lengths.push_back(0);
+      formats.push_back(0);
+    }
+    ResultPtr r(PQexecPrepared(conn_, name->c_str(), static_cast<int>(values.size()), values.data(), lengths.data(),
+                               formats.data(), 0));
+    const auto st = PQresultStatus(r.get());
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return failure(r.get(), sql);
+    const char* affected = PQcmdTuples(r.get());
+    changes_ = (affected != nullptr && *affected != '\0') ? std::stoll(affected) : 0;
+    if (rows == nullptr || st != PGRES_TUPLES_OK) return {};
+    const int n = PQntuples(r.get()), cols = PQnfields(r.get());
+    for (int i = 0; i < n; ++i) {
+      SqlRow row;
+      row.reserve(static_cast<std::size_t>(cols));
+      for (int c = 0; c < cols; ++c) {
+        if (PQgetisnull(r.get(), i, c)) {
+          row.emplace_back(nullptr);
+          continue;
+        }
+        const char* v = PQgetvalue(r.get(), i, c);
+        const Oid t = PQftype(r.get(), c);
+        if (t == kInt2 || t == kInt4 || t == kInt8) row.emplace_back(static_cast<std::int64_t>(std::stoll(v)));
+        else if (t == kFloat4 || t == kFloat8) row.emplace_back(std::stod(v));
+        else row.emplace_back(std::string(v, static_cast<std::size_t>(PQgetlength(r.get(), i, c))));
+      }
+      rows->push_back(std::move(row));
+    }
+    return {};
+  }
+
+  // Text without parameters (BEGIN, COMMIT, ROLLBACK, DDL).
+  Result<void> simple(const std::string& sql) {
+    if (sql == "COMMIT" || sql == "ROLLBACK") {
+      if (conn_ == nullptr || PQstatus(conn_) != CONNECTION_OK) {
+        tx_open_ = false;
+        return Error(ErrorCode::journal_failed, "postgres read model: the connection broke in a transaction");
+      }
+      tx_open_ = false;
+    }
+    if (auto c = connect(); !c) return c;
+    if (sql == "BEGIN") tx_open_ = true;
+    ResultPtr r(PQexec(conn_, sql.c_str()));
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) return failure(r.get(), sql);
+    return {};
+  }
+
+  bool in_transaction() const { return tx_open_; }
+  std::int64_t changes() const noexcept { return changes_; }
+  PGconn* conn() const noexcept { return conn_; }
+  const std::string& schema() const noexcept { return schema_; }
+  // The SQLSTATE of the last failure ("" for none).
+  const std::string& last_state() const noexcept { return state_; }
+
+ private:
+  Result<std::string> prepare(std::string_view sql, std::size_t nparams) {
+    auto it = prepared_.find(sql);
+    if (it != prepared_.end()) return it->second;
+    std::string name = "rm" + std::to_string(prepared_.size());
+    ResultPtr r(PQprepare(conn_, name.c_str(), std::string(sql).c_str(), 0, nullptr));
+    if (PQresultStatus(r.get()) != PGRES_COMMAND_OK) {
+      auto e = failure(r.get(), sql);
+      return std::move(e).error();
+    }
+    (void)nparams;
+    prepared_.emplace(std::string(sql), name);
+    return name;
+  }
+
+  Result<void> failure(const PGresult* r, std::string_view sql) {
+    const char* code = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+    state_ = code != nullptr ? code : "";
+    return Error(ErrorCode::journal_failed, "postgres read model: '" + std::string(sql.substr(0, 200)) +
+                                                "' failed" + (state_.empty() ? "" : " (" + state_ + ")") + ": " +
+                                                message());
+  }
+
+  std::string message() const {
+    std::string m = conn_ != nullptr ? PQerrorMessage(conn_) : "out of memory";
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+    return m;
+  }
+
+  std::string conninfo_;
+  std::string schema_;
+  PGconn* conn_ = nullptr;
+  std::map<std::string, std::string, std::less<>> prepared_;  // sql -> statement name
+  std::int64_t changes_ = 0;
+  std::string state_;
+  bool tx_open_ = false;  // between BEGIN and COMMIT/ROLLBACK
+};
+
+Result<void> PostgresTransaction::exec(std::string_view sql, std::initializer_list<SqlParam> params) {
+  return impl_.run(sql, params, nullptr);
+}
+
+Result<std::vector<SqlRow>> PostgresTransaction::query(std::string_view sql, std::initializer_list<SqlParam> params) {
+  std::vector<SqlRow> rows;
+  if (auto r = impl_.run(sql, params, &rows); !r) return std::move(r).error();
+  return rows;
+}
+
+std::int64_t PostgresTransaction::changes() const { return impl_.changes(); }
+
+pg_conn* PostgresTransaction::handle() const noexcept { return impl_.conn(); }
+
+struct PostgresReadModel::State {
+  PostgresReadModelOptions options;
+  std::mutex write_mu;
+  std::mutex read_mu;
+  std::unique_ptr<PostgresTransaction::Impl> writer;  // guarded by write_mu
+  std::unique_ptr<PostgresTransaction::Impl> reader;  // guarded by read_mu
+};
+
+namespace {
+
+constexpr const char* kSelectOffset = "SELECT tx, ordering FROM troupe_projection_offsets WHERE projection = $1";
+// The compare-and-move: the row must hold what the projection read.
+constexpr const char* kMoveOffset =
+    "UPDATE troupe_projection_offsets SET tx = $2, ordering = $3, updated_ms = $6 "
+    "WHERE projection = $1 AND tx = $4 AND ordering = $5";
+constexpr const char* kFirstOffset =
+    "INSERT INTO troupe_projection_offsets (projection, tx, ordering, updated_ms) VALUES ($1, $2, $3, $4)";
+constexpr std::string_view kUniqueViolation = "23505";
+
+Error moved(std::string_view key, std::optional<JournalOffset> from) {
+  return Error(ErrorCode::journal_conflict, "projection '" + std::string(key) + "': its stored offset is no longer " +
+                                                (from ? from->to_string() : std::string("none")) +
+                                                " (another instance moved it)");
+}
+
+Result<void> in_transaction(PostgresTransaction::Impl& w, const std::function<Result<void>()>& body) {
+  if (auto r = w.simple("BEGIN"); !r) return r;
+  Result<void> r = detail::guarded_body(body);
+  if (r) r = w.simple("COMMIT");
+  if (!r && w.in_transaction()) (void)w.simple("ROLLBACK");
+  return r;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<PostgresReadModel>> PostgresReadModel::open(PostgresReadModelOptions options) {
+  if (options.conninfo.empty()) return Error(ErrorCode::invalid_argument, "postgres read model: an empty conninfo");
+  if (options.schema.empty() || options.schema.find('\0') != std::string::npos)
+    return Error(ErrorCode::invalid_argument, "postgres read model: the schema name is empty or holds a NUL");
+  auto st = std::make_unique<State>();
+  st->options = std::move(options);
+  st->writer = std::make_unique<PostgresTransaction::Impl>(st->options.conninfo, st->options.schema);
+  st->reader = std::make_unique<PostgresTransaction::Impl>(st->options.conninfo, st->options.schema);
+  auto& w = *st->writer;
+  if (auto r = w.simple("CREATE SCHEMA IF NOT EXISTS " + quote_ident(st->options.schema)); !r) {
+    // Another process may create it at the same moment.
+    if (w.last_state() != kUniqueViolation) return std::move(r).error();
+  }
+  if (auto r = w.simple("CREATE TABLE IF NOT EXISTS troupe_projection_offsets (projection text PRIMARY KEY, "
+                        "tx bigint NOT NULL, ordering bigint NOT NULL, updated_ms bigint NOT NULL)");
+      !r && w.last_state() != kUniqueViolation)
+    return std::move(r).error();
+  if (auto r = st->reader->connect(); !r) return std::move(r).error();
+  return std::shared_ptr<PostgresReadModel>(new PostgresReadModel(std::move(st)));
+}
+
+PostgresReadModel::PostgresReadModel(std::unique_ptr<State> s) : state_(std::move(s)) {}
+
+PostgresReadModel::~PostgresReadModel() = default;
+
+const std::string& PostgresReadModel::schema() const noexcept { return state_->options.schema; }
+
+Result<std::optional<JournalOffset>> PostgresReadModel::load_offset(std::string_view key) {
+  std::lock_guard lk(state_->write_mu);
+  std::vector<SqlRow> rows;
+  if (auto r = state_->writer->run(kSelectOffset, {key}, &rows); !r) return std::move(r).error();
+  if (rows.empty()) return std::optional<JournalOffset>{};
+  std::int64_t tx = -1, ordering = -1;
+  if (rows.front().size() == 2) {
+    std::visit([&](const auto& v) { if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::int64_t>) tx = v; },
+               rows.front().front());
+    std::visit([&](const auto& v) { if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::int64_t>) ordering = v; },
+               rows.front().back());
+  }
+  if (tx < 0 || ordering < 0)
+    return Error(ErrorCode::corrupt_record, "postgres read model: the offset of projection '" + std::string(key) +
+                                                "' is not two non-negative integers");
+  return std::optional<JournalOffset>(JournalOffset{static_cast<std::uint64_t>(tx), static_cast<std::uint64_t>(ordering)});
+}
+
+Result<void> PostgresReadModel::transact(std::string_view key, std::optional<JournalOffset> from, JournalOffset to,
+                                         const std::function<Result<void>(PostgresTransaction&)>& body) {
+  std::lock_guard lk(state_->write_mu);
+  auto& w = *state_->writer;
+  return in_transaction(w, [&]() -> Result<void> {
+    // The offset moves first: its row lock holds off a second instance
+    // until this transaction ends, and then its compare fails.
+    if (from) {
+      if (auto r = w.run(kMoveOffset, {key, as_int(to.tx), as_int(to.ordering), as_int(from->tx),
+                                       as_int(from->ordering), now_ms()},
+                         nullptr);
+          !r)
+        return r;
+      if (w.changes() != 1) return moved(key, from);
+    } else if (auto r = w.run(kFirstOffset, {key, as_int(to.tx), as_int(to.ordering), now_ms()}, nullptr); !r) {
+      if (w.last_state() == kUniqueViolation) return moved(key, from);
+      return r;
+    }
+    PostgresTransaction tx(w);
+    return body(tx);
+  });
+}
+
+Result<void> PostgresReadModel::transact(const std::function<Result<void>(PostgresTransaction&)>& body) {
+  std::lock_guard lk(state_->write_mu);
+  auto& w = *state_->writer;
+  return in_transaction(w, [&]() -> Result<void> {
+    PostgresTransaction tx(w);
+    return body(tx);
+  });
+}
+
+Result<std::vector<SqlRow>> PostgresReadModel::query(std::string_view sql, std::initializer_list<SqlParam> params) {
+  std::lock_guard lk(state_->read_mu);
+  std::vector<SqlRow> rows;
+  if (auto r = state_->reader->run(sql, params, &rows); !r) return std::move(r).error();
+  return rows;
+}
+
+}  // namespace troupe
