@@ -127,7 +127,8 @@ class Entities {
 };
 
 // One slice of a projection, started on this node (serve_projection).
-// Copies share the slice.
+// Copies share the slice. Thread-safe when its two functions are (those of
+// RunningSlice::of are: Projection's members are).
 struct RunningSlice {
   std::function<ProjectionStatus()> status;  // thread-safe and quick
   std::function<void()> stop;                // stops it here; the stored offset stays
@@ -138,6 +139,7 @@ struct RunningSlice {
 };
 
 // A projection split in slices (e.g. one per tag), each run by one node.
+// What serve_projection takes; a value type, moved into the node.
 struct ProjectionSlices {
   // 1 to 100 of A-Z a-z 0-9 . _ -; in a cluster the slices are the units
   // of the group "projections/<name>".
