@@ -198,8 +198,10 @@ class Payment {
   using Effect = troupe::Effect<Event, State>;
   using Context = troupe::EntityContext<Payment>;
 
-  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::Duration processing_timeout)
-      : gateway_(std::move(gateway)), processing_timeout_(processing_timeout) {}
+  // `slice_tag`: the tag stored with each of the payment's events, the
+  // read side's slice of it (read_side.hpp); empty: none.
+  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::Duration processing_timeout, std::string slice_tag = {})
+      : gateway_(std::move(gateway)), processing_timeout_(processing_timeout), slice_tag_(std::move(slice_tag)) {}
 
   Effect on_command(const State& s, Command& c, Context& ctx) {
     return troupe::match(
@@ -246,6 +248,13 @@ class Payment {
     const auto* c = std::get_if<PaymentCancelled>(&e);
     if (c == nullptr || c->refunded <= 0) return {};
     return {troupe::SideEffect{kRefundEffect, std::to_string(c->refunded)}};
+  }
+
+  // Every event carries the payment's slice tag, so that the read side's
+  // projections can split the payments between them (read_side.hpp).
+  std::vector<std::string> tags(const Event&) const {
+    if (slice_tag_.empty()) return {};
+    return {slice_tag_};
   }
 
   // Settling is a processing state; its deadline stores SettlementTimedOut.
@@ -365,6 +374,7 @@ class Payment {
 
   troupe::ActorRef<GatewayMsg> gateway_;
   troupe::Duration processing_timeout_;
+  std::string slice_tag_;
   troupe::ReplyTo<PaymentStatus> client_;  // the Settle waiting for this episode's outcome
 };
 

@@ -190,6 +190,8 @@ Result<ServiceSettings> ServiceSettings::from(const troupe::node::NodeConfig& co
   s.refund_timeout = *rt;
   PAY_READ(io, r.integer("io_threads", s.io_threads, 1, 64));
   s.io_threads = static_cast<int>(*io);
+  PAY_READ(slices, r.integer("read_slices", s.read_slices, 1, kMaxReadSlices));
+  s.read_slices = static_cast<std::uint32_t>(*slices);
 #undef PAY_READ
   if (auto f = r.finish(); !f.ok()) return std::move(f).error();
   return s;
@@ -308,7 +310,10 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
   opts.stop_timeout = settings.processing_timeout + 1s;
   auto gateway = impl->gateway;
   auto timeout = settings.processing_timeout;
-  opts.factory = [gateway, timeout](const std::string&) { return Payment(gateway, timeout); };
+  auto slices = settings.read_slices;
+  opts.factory = [gateway, timeout, slices](const std::string& id) {
+    return Payment(gateway, timeout, slice_tag(id, slices));
+  };
   Impl* raw = impl.get();
   auto payments = node.serve_entities<Payment>(std::move(opts), [raw](const std::string& id, auto done) {
     if (!raw->shared) return done(Error(ErrorCode::not_ready, "the payment service is starting"));
@@ -352,6 +357,17 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
     node.add_counter(tile, [raw, label] { return raw->outcomes->value({label}); });
   }
   node.add_counter("refunds sent", [raw] { return raw->refunds->stats().sent; });
+
+  // The read side runs where its read models can share the journal's
+  // database; elsewhere its routes answer 503 saying why.
+  auto side = ReadSide::start(node, settings.read_slices);
+  if (side.ok()) {
+    impl->read_side = std::move(*side);
+  } else {
+    impl->read_side_unavailable = side.error().message();
+    troupe::log::warn(troupe::log::Component::app, "the read side does not run",
+                      {{"reason", impl->read_side_unavailable}});
+  }
 
   http::ServerSettings hs;
   hs.host = settings.host;

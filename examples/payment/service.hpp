@@ -21,6 +21,8 @@
 //   POST /payments/{id}/settle  {"customer"?,"order_id"?,"amount"?}               settle a created payment
 //   POST /payments/{id}/cancel                                                     cancel, or refund a completed one
 //   GET  /payments/{id}
+//   GET  /customers/{id}/payments                                                  the read side (read_side.hpp)
+//   GET  /totals/daily?from=YYYY-MM-DD&to=YYYY-MM-DD
 // A settlement is answered with its outcome (200, "status" Completed or
 // Failed with "failure"), 429 when the service is at its bound, 400 for a
 // bad request, 503 when stopping.
@@ -50,6 +52,7 @@ struct ServiceSettings {
   std::size_t refund_workers = 8;                    // refunds sent at once
   std::chrono::milliseconds refund_timeout{10000};  // a refund's try without an answer fails
   int io_threads = 1;
+  std::uint32_t read_slices = 4;  // the read side's slices (read_side.hpp); fixed once events are stored
 
   // Reads the [payment] table (absent: the defaults).
   static troupe::Result<ServiceSettings> from(const troupe::node::NodeConfig& config);

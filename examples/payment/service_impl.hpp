@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "read_side.hpp"
 #include "service.hpp"
 
 namespace payment {
@@ -82,6 +83,8 @@ struct PaymentService::Impl {
   std::shared_ptr<Shared> shared;
   std::optional<troupe::ProcessManager<SettleProcess>> settlements;
   std::optional<troupe::OutboxDispatcher> refunds;  // runs the refunds stored with PaymentCancelled
+  std::unique_ptr<ReadSide> read_side;  // null when it cannot run here:
+  std::string read_side_unavailable;    // why
   std::unique_ptr<http::Server> server;
 
   std::shared_ptr<troupe::node::Counter> outcomes;

@@ -207,6 +207,7 @@ http::Router PaymentService::Impl::routes() {
   r.add("GET", "/health", [](http::Request&, http::Responder out) {
     out.respond(http::Response::json(200, R"({"status":"ok"})"));
   });
+  ReadSide::add_routes(r, read_side.get(), read_side_unavailable);
   return r;
 }
 

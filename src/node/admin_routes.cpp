@@ -103,6 +103,11 @@ http::Router Node::Impl::routes() {
       shared->respond(json_response(200, base));
     });
   });
+  r.add("GET", "/projections", [this](http::Request&, http::Responder out) {
+    json list = json::array();
+    for (const auto& s : projection_statuses()) list.push_back(detail::projection_json(s));
+    out.respond(json_response(200, {{"node", node->config_.id}, {"projections", list}}));
+  });
   r.add("POST", "/rebalance", [this](http::Request&, http::Responder out) {
     auto* c = node->cluster_.get();
     if (!c) {
@@ -116,6 +121,7 @@ http::Router Node::Impl::routes() {
       std::lock_guard lk(mu);
       for (const auto& t : types) names.emplace_back(t.type, cluster::detail::shard_group(t.type));
       for (const auto& q : job_queues) names.emplace_back(q, cluster::detail::shard_group(q));
+      for (const auto& g : projection_groups) names.emplace_back(g, g);
     }
     for (const auto& g : node->config_.workers) names.emplace_back("workers/" + g.group, g.group);
     // rebalance_all waits on Redis: off the io thread, on the one worker

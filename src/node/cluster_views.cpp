@@ -87,6 +87,9 @@ nlohmann::json Node::overview() const {
   out["time_ms"] = detail::wall_ms();
   out["ready"] = ready();
   out["draining"] = draining();
+  json projections = json::array();
+  for (const auto& s : impl_->projection_statuses()) projections.push_back(detail::projection_json(s));
+  out["projections"] = std::move(projections);
   std::lock_guard lk(impl_->mu);
   std::uint64_t active = 0, hosted = 0;
   json types = json::array();

@@ -232,6 +232,7 @@ Node::~Node() {
     impl_->health_checks.clear();
     impl_->rates.clear();
     impl_->counters.clear();
+    impl_->projections.clear();
   }
   stoppers_.clear();
   journal_.reset();

@@ -1,8 +1,8 @@
 #pragma once
 // Node::Impl, the node's state behind include/troupe/node/node.hpp, shared
 // by the files that implement the node: node.cpp (start and stop),
-// admin_routes.cpp, sampler.cpp, node_metrics.cpp, cluster_views.cpp and
-// watched_services.cpp, worker_groups*.cpp. Private to the node.
+// admin_routes.cpp, sampler.cpp, node_metrics.cpp, cluster_views.cpp,
+// projection_views.cpp and watched_services.cpp, worker_groups*.cpp. Private to the node.
 //
 // Threads: the actor system's workers; the journal's; the cluster's
 // (transport io, coordinator); the admin server's io thread, which runs
@@ -77,6 +77,10 @@ struct WorkerMap {
   std::vector<std::function<void()>> waiters;  // to run when the read in flight ends
 };
 
+// One projection's status as GET /projections and the overview show it
+// (projection_views.cpp).
+nlohmann::json projection_json(const ProjectionStatus& s);
+
 }  // namespace detail
 
 using json = nlohmann::json;
@@ -101,6 +105,11 @@ struct Node::Impl {
   std::vector<std::pair<std::string, std::function<Result<void>()>>> health_checks;
   std::vector<std::pair<std::string, std::function<std::uint64_t()>>> rates;
   std::vector<std::pair<std::string, std::function<std::uint64_t()>>> counters;
+  // watch_projection: (key, status), in the order watched.
+  std::vector<std::pair<std::string, std::function<ProjectionStatus()>>> projections;
+  // serve_projection's coordinator groups ("projections/<name>"): rebalanced
+  // with the entity types.
+  std::vector<std::string> projection_groups;
   std::string latency_name;
   std::shared_ptr<Histogram> latency;
 
@@ -165,6 +174,10 @@ struct Node::Impl {
   http::Router routes();                 // admin_routes.cpp
   void add_worker_routes(http::Router& r);  // worker_groups_routes.cpp
   void collect(MetricsWriter& w) const;  // node_metrics.cpp
+  // The watched projections' statuses, read without `mu` held, in the
+  // order watched; and their /metrics families (projection_views.cpp).
+  std::vector<ProjectionStatus> projection_statuses() const;
+  void collect_projections(MetricsWriter& w, const Labels& node_label) const;
 };
 
 }  // namespace troupe::node

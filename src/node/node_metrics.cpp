@@ -162,6 +162,7 @@ void Node::Impl::collect(MetricsWriter& w) const {
     w.counter("troupe_jobs_retried_total", "Job attempts retried.").set(l, d(st.retried));
     w.counter("troupe_jobs_refused_total", "Jobs refused at submit (queue full).").set(l, d(st.refused));
   }
+  collect_projections(w, node_label);
   auto health = check_health();
   if (!health.empty()) {
     auto& up = w.gauge("troupe_service_up", "1 while a watched service works, 0 while it reports a failure (see /health).");

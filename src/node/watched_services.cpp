@@ -67,6 +67,19 @@ std::vector<std::pair<std::string, Result<void>>> Node::Impl::check_health() con
       out.emplace_back(name, Error::from_exception(std::current_exception(), "its health check threw"));
     }
   }
+  // A projection that stopped on a failure is down until restarted, with
+  // where it stopped (it never skips the event).
+  for (const auto& s : projection_statuses()) {
+    if (s.state != ProjectionState::failed || !s.failure) {
+      out.emplace_back("projection/" + s.key, Result<void>{});
+      continue;
+    }
+    const ProjectionFailure& f = *s.failure;
+    out.emplace_back("projection/" + s.key,
+                     Error(f.error.code(), "stopped at " + f.persistence_id + " seq " + std::to_string(f.seq) +
+                                               " (offset " + f.offset.to_string() + ") after " +
+                                               std::to_string(f.attempts) + " tries: " + f.error.message()));
+  }
   return out;
 }
 

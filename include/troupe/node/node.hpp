@@ -126,6 +126,34 @@ class Entities {
   std::variant<EntityRegistry<B>, cluster::ShardRegion<B>> impl_;
 };
 
+// One slice of a projection, started on this node (serve_projection).
+// Copies share the slice. Thread-safe when its two functions are (those of
+// RunningSlice::of are: Projection's members are).
+struct RunningSlice {
+  std::function<ProjectionStatus()> status;  // thread-safe and quick
+  std::function<void()> stop;                // stops it here; the stored offset stays
+  template <class Handler>
+  static RunningSlice of(Projection<Handler> p) {
+    return {[p] { return p.status(); }, [p] { p.stop(); }};
+  }
+};
+
+// A projection split in slices (e.g. one per tag), each run by one node.
+// What serve_projection takes; a value type, moved into the node.
+struct ProjectionSlices {
+  // 1 to 100 of A-Z a-z 0-9 . _ -; in a cluster the slices are the units
+  // of the group "projections/<name>".
+  std::string name;
+  std::vector<std::string> slices;  // 1 to 4096 distinct unit names
+  // Starts `slice` here: called once per slice a node is given, on the
+  // coordinator's thread in a cluster (it must not block: Projection::start
+  // does not). An error is logged; the slice then does not run here until
+  // it is placed again.
+  std::function<Result<RunningSlice>(const std::string& slice)> start;
+  // In a cluster, the node roles that may run the slices; empty: any node.
+  std::vector<std::string> roles;
+};
+
 class Node {
  public:
   // Brings the node up. Errors name what failed: the setting for bad
@@ -249,6 +277,29 @@ class Node {
   void set_latency(std::string name, std::shared_ptr<Histogram> histogram);
   // A count shown as a tile on the dashboard.
   void add_counter(std::string name, std::function<std::uint64_t()> value);
+
+  // A projection (troupe/persist/projection.hpp) the node reports: in
+  // /metrics (troupe_projection_*, labelled with its name and source), in
+  // GET /projections, on the dashboard's Projections panel, and in /health
+  // as "projection/<key>", down while it has stopped on a failure (with the
+  // failing event's coordinates). `status` must be thread-safe and quick
+  // (Projection::status is); it runs on the admin server's thread. Keyed
+  // by status().key ("<name>/<source>"): watching a key again replaces it;
+  // unwatch_projection forgets it (a slice that moved to another node).
+  void watch_projection(std::function<ProjectionStatus()> status);
+  template <class Handler>
+  void watch_projection(Projection<Handler> p) {
+    watch_projection([p] { return p.status(); });
+  }
+  void unwatch_projection(std::string_view key);
+  // Runs a sliced projection: on a single node every slice here; in a
+  // cluster each slice on one node, placed like worker units (the group
+  // "projections/<name>", rebalanced by POST /rebalance, moved on a drain
+  // or a node's death). Each running slice is watched (watch_projection)
+  // while it runs here. invalid_argument for a bad name, no or repeated
+  // slices, a name served already; a single node's first start error.
+  // Not thread-safe: call during start-up, like serve_entities.
+  Result<void> serve_projection(ProjectionSlices projection);
 
   // The application is serving: /ready answers 200 from now on (until a drain).
   void mark_ready();

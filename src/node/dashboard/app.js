@@ -19,7 +19,8 @@ import { renderCharts } from "./charts.js";
 import { $, list, ownerColour, setAttr, setText } from "./dom.js";
 import { fmtClock, fmtDuration } from "./format.js";
 import { renderJobWorkers, renderShards, renderWorkers } from "./maps.js";
-import { renderCounters, renderHeader, renderHealth, renderMembers, renderPatterns, renderProcessing, renderTypes } from "./panels.js";
+import { renderCounters, renderHeader, renderHealth, renderMembers, renderPatterns, renderProcessing, renderProjections,
+         renderTypes } from "./panels.js";
 
 const POLL_INTERVAL_MS = 1000;
 // A node that takes longer than this to answer is reported as unreachable
@@ -76,7 +77,7 @@ function render(o) {
   // Each panel renders on its own, so one malformed field costs one
   // panel, not the page.
   for (const f of [renderHeader, renderHealth, renderCounters, renderCharts, renderMembers, renderTypes,
-                   renderShards, renderWorkers, renderJobWorkers, renderProcessing, renderPatterns]) {
+                   renderShards, renderWorkers, renderJobWorkers, renderProcessing, renderPatterns, renderProjections]) {
     try { f(o); } catch (e) {
       state.errors.push(`${f.name}: ${e && e.message}`);
       console.error(f.name, e);

@@ -12,7 +12,8 @@ asks for the token, asks again after a wrong one, and keeps the right one.
 
     dashboard_e2e.py --url http://127.0.0.1:8081/ --screenshot out.png \\
         --expect-node n1 [--expect-type payment] \\
-        [--lookup-type payment --lookup-id p-1] [--expect-members 1] [--timeout-s 60] \\
+        [--lookup-type payment --lookup-id p-1] [--expect-members 1] [--expect-projections 0] \\
+        [--timeout-s 60] \\
         [--token-file admin.token]
 
 Exit status: 0 when every check passed; 1 when one failed (what was expected
@@ -350,6 +351,26 @@ def run_checks(wd, args):
         return table is not None, f"processing table {'present' if table else 'missing'}, {rows} rows"
     log("processing: " + wait.until("the processing table", processing))
 
+    # Projections: one row per projection the overview (read directly)
+    # lists, with its state; at least --expect-projections of them, all
+    # running and caught up (lag 0) once the traffic has been applied.
+    def projections():
+        listed = (fetch_overview(args.url) or {}).get("projections")
+        if not isinstance(listed, list):
+            return False, f"the overview has no projections list: {listed!r}"
+        want = sorted((p.get("key"), p.get("state")) for p in listed)
+        rows = wd.find_all(testid("projection-row"))
+        shown = sorted((wd.attribute(r, "data-key"), wd.attribute(r, "data-state")) for r in rows)
+        lags = [wd.attribute(c, "data-value") for c in wd.find_all(testid("projection-row") + " td.lag")]
+        settled = all(p.get("state") == "running" and p.get("lag_ms") == 0 and p.get("caught_up") for p in listed)
+        ok = shown == want and len(want) >= args.expect_projections and (args.expect_projections == 0 or settled)
+        empty = wd.execute("const e = document.getElementById('projections-empty'); return e ? !e.hidden : null;")
+        ok = ok and empty == (len(want) == 0) and all(v not in (None, "") for v in lags)
+        return ok, f"overview {want}; page rows {shown}, lag cells {lags}, empty note shown={empty}"
+    log("projections: " + wait.until(
+        f"projection rows matching the overview's projections (>= {args.expect_projections}, all running "
+        "and caught up when any are expected)", projections))
+
     # Rebalance: the status line must report the outcome, whichever it is.
     button = wd.find(testid("rebalance-button"))
     if button is None:
@@ -413,6 +434,8 @@ def parse_args(argv):
     p.add_argument("--lookup-type", help="entity type for the lookup form")
     p.add_argument("--lookup-id", help="entity id for the lookup form")
     p.add_argument("--expect-members", type=int, default=1, help="minimum member rows (default 1)")
+    p.add_argument("--expect-projections", type=int, default=0,
+                   help="minimum projection rows, all running with lag 0 (default 0: only that the rows match)")
     p.add_argument("--timeout-s", type=float, default=60, help="time for all checks together (default 60)")
     p.add_argument("--token-file", help="the node's admin token file: the page must ask for the token")
     return p.parse_args(argv)

@@ -82,5 +82,5 @@ for i in range(60):
 EOF
 
 python3 "$here/dashboard_e2e.py" --url "http://127.0.0.1:$admin_port/" --screenshot "$artifacts/dashboard.png" \
-  --expect-node e2e-1 --expect-type payment --lookup-type payment --lookup-id pay-o1 --timeout-s 90 \
+  --expect-node e2e-1 --expect-type payment --lookup-type payment --lookup-id pay-o1 --expect-projections 8 --timeout-s 90 \
   --token-file "$work/admin.token"

@@ -1,5 +1,6 @@
 // The dashboard's panels: header, health banner, counters, members, entity
-// types, processing entities and patterns, each drawn from the overview.
+// types, processing entities, patterns and projections, each drawn from the
+// overview.
 
 import { $, dict, el, list, makeRow, ownerColour, reconcile, setAttr, setText, toggleEmpty } from "./dom.js";
 import { DASH, fmtClock, fmtDuration, fmtInt, fmtNum, intFormat, num, words } from "./format.js";
@@ -307,4 +308,53 @@ export function renderPatterns(o) {
         });
     });
   toggleEmpty("patterns-empty", entries.length === 0);
+}
+
+// ---------------------------------------------------------------- projections
+
+// Lag from this many milliseconds on is amber, and red from the second.
+const LAG_WARN_MS = 1000;
+const LAG_BAD_MS = 10000;
+
+// One row per projection (name and source: a slice is a source), with what
+// its status reports: a failed one says where it stopped.
+export function renderProjections(o) {
+  const rows = list(o.projections);
+  reconcile($("projections-body"), rows, (p) => String(p.key),
+    () => {
+      const tr = makeRow(9, [3, 4, 5, 6]);
+      tr.setAttribute("data-testid", "projection-row");
+      tr.cells[0].className = "mono";
+      tr.cells[1].className = "mono";
+      tr.cells[2].append(el("span", { class: "tag" }));
+      tr.cells[3].classList.add("lag");
+      tr.cells[7].className = "mono";
+      return tr;
+    },
+    (tr, p) => {
+      const state = p.state == null ? DASH : String(p.state);
+      setAttr(tr, "data-key", p.key == null ? "" : String(p.key));
+      setAttr(tr, "data-state", state);
+      setText(tr.cells[0], p.name == null ? DASH : String(p.name));
+      setText(tr.cells[1], p.source == null ? DASH : String(p.source));
+      const tag = tr.cells[2].firstChild;
+      setText(tag, state);
+      tag.className = `tag tag-${state === DASH ? "unknown" : state}`;
+      const lag = num(p.lag_ms);
+      setText(tr.cells[3], fmtInt(lag));
+      setAttr(tr.cells[3], "data-value", lag === null ? "" : lag);
+      tr.cells[3].classList.toggle("is-warn", lag !== null && lag >= LAG_WARN_MS && lag < LAG_BAD_MS);
+      tr.cells[3].classList.toggle("is-bad", lag !== null && lag >= LAG_BAD_MS);
+      setText(tr.cells[4], fmtInt(p.events_applied));
+      setText(tr.cells[5], fmtInt(p.retries));
+      setText(tr.cells[6], fmtInt(p.conflicts));
+      setText(tr.cells[7], p.offset == null ? DASH : String(p.offset));
+      const f = p.failure && typeof p.failure === "object" ? p.failure : null;
+      setText(tr.cells[8], f ? `${f.persistence_id} seq ${fmtInt(f.seq)} (offset ${f.offset}): ${f.code}: ${f.message}`
+                             : "");
+      tr.classList.toggle("is-overdue", state === "failed");
+    });
+  const failed = rows.filter((p) => p.state === "failed").length;
+  setText($("projections-summary"), rows.length ? `${rows.length}${failed ? `, ${failed} failed` : ""}` : "");
+  toggleEmpty("projections-empty", rows.length === 0);
 }
