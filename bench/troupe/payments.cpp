@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -231,20 +232,59 @@ void await_cluster(const std::vector<Service>& nodes, const char* what, Ok ok) {
   }
 }
 
+// The read side's lag under that load (`metric`): every applied event's
+// lag, from its storing to the commit of its projection's page, counted by
+// each node's projections in buckets (GET /projections: lag_bounds_ms,
+// lag_counts), summed over every projection and slice of `nodes`; the p99
+// is the upper bound of the bucket that holds it. Warm-up included.
+void report_projection_lag(const std::string& metric, const std::vector<Service>& nodes) {
+  std::vector<std::uint64_t> counts;
+  std::vector<double> bounds;
+  for (const auto& n : nodes) {
+    json ps = get_json(n.admin_port, "/projections");
+    if (!ps.is_object()) fail(n.process->name() + ": GET /projections did not answer");
+    for (const auto& p : ps.value("projections", json::array())) {
+      auto c = p.value("lag_counts", std::vector<std::uint64_t>{});
+      bounds = p.value("lag_bounds_ms", std::vector<double>{});
+      if (counts.empty()) counts.assign(c.size(), 0);
+      for (std::size_t i = 0; i < c.size() && i < counts.size(); ++i) counts[i] += c[i];
+    }
+  }
+  std::uint64_t total = 0;
+  for (auto c : counts) total += c;
+  if (total == 0) fail(metric + ": the nodes' projections applied no event");
+  const auto rank = static_cast<std::uint64_t>(std::ceil(0.99 * static_cast<double>(total)));
+  std::uint64_t seen = 0;
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    seen += counts[i];
+    if (seen >= rank) {
+      if (i >= bounds.size()) fail(metric + ": the p99 lies above every bucket (" + std::to_string(bounds.back()) + " ms)");
+      return bench::report(metric.c_str(), bounds[i], "ms");
+    }
+  }
+}
+
 // One node, the rest as payments_1node: the same gateway, load and node
-// settings; only the [journal] section differs.
-void one_node(const std::string& name, const std::string& journal) {
+// settings; only the [journal] section differs. `lag_metric`: report the
+// read side's lag under the load too.
+void one_node(const std::string& name, const std::string& journal, const std::string& lag_metric = "") {
   proc::TempDir dir("troupe-bench-payments");
   int gateway_port = 0;
   auto gateway = start_gateway(dir.path(), gateway_port);
   auto node = start_service(dir.path(), "pay-1",
                             node_config(dir.path(), "pay-1", gateway_port) + "\n[journal]\n" + journal);
   report(name, run_load(dir.path(), {node.api_port}, kConcurrency, kWarmupS, kMeasureS));
+  if (!lag_metric.empty()) {
+    std::this_thread::sleep_for(1s);  // the last pages commit
+    std::vector<Service> nodes;
+    nodes.push_back(std::move(node));
+    report_projection_lag(lag_metric, nodes);
+  }
 }
 
 // The SQLite journal as configured by default: every event durable before
 // it is acknowledged.
-void one_node_sqlite() { one_node("payments_1node", "backend = \"sqlite\"\n"); }
+void one_node_sqlite() { one_node("payments_1node", "backend = \"sqlite\"\n", "projection_lag_p99"); }
 
 // The PostgreSQL journal (its default options) in the database bench/run
 // created for this process on its own server.

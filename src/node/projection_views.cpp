@@ -43,6 +43,9 @@ nlohmann::json detail::projection_json(const ProjectionStatus& s) {
           {"retries", s.retries},
           {"conflicts", s.conflicts},
           {"lag_ms", s.lag_ms},
+          {"lag_bounds_ms", projection_lag_bounds_ms},
+          {"lag_counts", s.lag_counts},
+          {"lag_sum_ms", s.lag_sum_ms},
           {"caught_up", s.caught_up},
           {"failure", failure}};
 }
@@ -90,6 +93,10 @@ void Node::Impl::collect_projections(MetricsWriter& w, const Labels& node_label)
   auto& retries = w.counter("troupe_projection_retries_total", "Failed tries (handler, read model or journal) the projection tried again.");
   auto& conflicts = w.counter("troupe_projection_conflicts_total",
                               "Pages refused because another instance of the projection moved its offset first.");
+  auto& event_lag = w.histogram("troupe_projection_event_lag_seconds",
+                                "Each applied event's lag, from its storing to the commit of its page.");
+  std::vector<double> bounds;
+  for (auto b : projection_lag_bounds_ms) bounds.push_back(static_cast<double>(b) / 1000.0);
   for (const auto& s : statuses) {
     auto [name, source] = split_key(s.key);
     Labels l = node_label;
@@ -106,6 +113,10 @@ void Node::Impl::collect_projections(MetricsWriter& w, const Labels& node_label)
     pages.set(l, d(s.pages_applied));
     retries.set(l, d(s.retries));
     conflicts.set(l, d(s.conflicts));
+    std::vector<std::uint64_t> cumulative;
+    std::uint64_t running = 0;
+    for (auto c : s.lag_counts) cumulative.push_back(running += c);
+    event_lag.observe(l, bounds, cumulative, static_cast<double>(s.lag_sum_ms) / 1000.0);
   }
 }
 

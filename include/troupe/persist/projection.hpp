@@ -106,13 +106,13 @@ struct ProjectionStatus {
   // page), counted in buckets: lag_counts[i] events had a lag of at most
   // projection_lag_bounds_ms[i] (and more than the bound before); the last
   // count is for lags above every bound. Since start.
-  std::array<std::uint64_t, 14> lag_counts{};
+  std::array<std::uint64_t, 21> lag_counts{};
   std::int64_t lag_sum_ms = 0;
 };
 
 // The upper bounds (ms) of ProjectionStatus::lag_counts' buckets.
-inline constexpr std::array<std::int64_t, 13> projection_lag_bounds_ms{1,   2,   5,    10,   20,   50,   100,
-                                                                      200, 500, 1000, 2000, 5000, 10000};
+inline constexpr std::array<std::int64_t, 20> projection_lag_bounds_ms{
+    1, 2, 5, 10, 15, 20, 30, 40, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000, 5000, 10000};
 // The lag (ms) below which a fraction q (0 < q <= 1) of the counted events
 // fell: the upper bound of the bucket where the q-quantile lies; nullopt
 // when nothing was counted or it lies above every bound.
