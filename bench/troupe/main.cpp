@@ -410,7 +410,8 @@ int main(int argc, char** argv) {
     troupe_bench::failover();
   } else if (w == "rebalance") {
     troupe_bench::rebalance();
-  } else if (w == "payments" || w == "payments_1node" || w == "payments_1node_pg" || w == "payments_3node") {
+  } else if (w == "payments" || w == "payments_1node" || w == "payments_1node_pg" || w == "payments_3node" ||
+             w == "projection_lag_p99") {
     troupe_bench::payments(w);  // payments: payments_1node then payments_3node
   } else if (w == "remote_tell" || w == "remote_tell_tls") {
     troupe_bench::remote_tell(w);

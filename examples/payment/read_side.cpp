@@ -182,6 +182,9 @@ Result<Running> start_slice(troupe::node::Node& node, const std::shared_ptr<trou
   s.name = std::move(name);
   s.source = troupe::EventSelector::with_tag(std::move(tag));
   s.poll_interval = std::chrono::milliseconds(500);
+  // The read model shares the journal's file and its write lock: a few ms
+  // of commits per page keeps the projections' transactions few.
+  s.linger = std::chrono::milliseconds(5);
   auto p = troupe::Projection<H>::start(node.system(), journal, model, std::move(s));
   if (!p) return std::move(p).error();
   node.watch_projection(*p);

@@ -63,6 +63,11 @@ struct ProjectionSettings {
   EventSelector source{};
   std::size_t batch = 500;  // events per transaction
   Duration poll_interval = std::chrono::seconds(1);
+  // After catching up, how long a hint of new events waits before the
+  // query, so that the commits of that time go in one page: fewer, larger
+  // transactions on a read model that shares its database's write lock
+  // (SQLite: the journal's file). Zero: query at once.
+  Duration linger = Duration::zero();
   Duration min_backoff = std::chrono::milliseconds(100);
   Duration max_backoff = std::chrono::seconds(10);
   std::uint32_t max_attempts = 10;  // tries of one page before the projection stops

@@ -110,7 +110,8 @@ struct ProjApplied {
 };
 struct ProjRetry {};
 struct ProjRestart {};
-using ProjMsg = std::variant<ProjWake, ProjLoaded, ProjPage, ProjApplied, ProjRetry, ProjRestart>;
+struct ProjLinger {};
+using ProjMsg = std::variant<ProjWake, ProjLoaded, ProjPage, ProjApplied, ProjRetry, ProjRestart, ProjLinger>;
 
 struct ProjectionCore {
   ProjectionSettings settings;
@@ -169,6 +170,10 @@ class ProjectionActor final : public Actor<ProjMsg> {
     std::visit(overloaded{
                    [&](ProjWake&) {
                      core_->wake_queued.store(false, std::memory_order_release);
+                     wake();
+                   },
+                   [&](ProjLinger&) {
+                     lingering_ = false;
                      query();
                    },
                    [&](ProjLoaded& l) { on_loaded(std::move(l.offset)); },
@@ -204,6 +209,16 @@ class ProjectionActor final : public Actor<ProjMsg> {
     query();
   }
 
+  // A hint or the poll: query at once, or after the linger when the last
+  // query found the reader caught up.
+  void wake() {
+    const Duration linger = core_->settings.linger;
+    if (linger <= Duration::zero() || step_ != Step::idle || !caught_up_) return query();
+    if (lingering_) return;
+    lingering_ = true;
+    this->start_timer("linger", linger, ProjLinger{});
+  }
+
   void query() {
     if (step_ != Step::idle) {
       if (step_ == Step::querying || step_ == Step::applying) again_ = true;
@@ -220,6 +235,7 @@ class ProjectionActor final : public Actor<ProjMsg> {
   void on_page(Result<EventPage> r) {
     if (!r) return failed_try(std::move(r).error(), std::nullopt, false);
     failures_ = 0;
+    caught_up_ = r->events.empty();
     if (r->events.empty()) {
       step_ = Step::idle;
       core_->update([](ProjectionStatus& s) {
@@ -341,6 +357,8 @@ class ProjectionActor final : public Actor<ProjMsg> {
   Step step_ = Step::loading;
   bool set_up_ = false;
   bool again_ = false;
+  bool caught_up_ = false;  // the last query found nothing newer
+  bool lingering_ = false;  // a linger timer is running
   std::optional<JournalOffset> offset_;
   std::shared_ptr<std::vector<StreamEvent>> page_;  // the page being applied or retried
   std::uint32_t attempts_ = 0;                       // failed tries of this page (or of setup)

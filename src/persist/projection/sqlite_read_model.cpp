@@ -179,7 +179,7 @@ Result<void> open_connection(Connection& conn, const SqliteReadModelOptions& o, 
   const int flags = (write ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY) | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(o.path.c_str(), conn.out(), flags, nullptr) != SQLITE_OK)
     return model_error(o.path, write ? "open for writing" : "open for reading", conn.get());
-  sqlite3_busy_timeout(conn.get(), o.busy_timeout_ms);
+  sqlite::fine_busy_timeout(conn.get(), o.busy_timeout_ms);
   return {};
 }
 

@@ -180,7 +180,7 @@ Result<void> open_for_writing(Connection& conn, const SqliteJournalOptions& opti
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   sqlite3* db = conn.get();
   if (rc != SQLITE_OK) return failed(path, "open for writing", db);
-  sqlite3_busy_timeout(db, options.busy_timeout_ms);
+  fine_busy_timeout(db, options.busy_timeout_ms);
 
   // journal_mode is the first statement that reads the file: a file that is
   // not a database fails here with SQLITE_NOTADB.

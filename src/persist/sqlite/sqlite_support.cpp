@@ -7,9 +7,13 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace troupe::sqlite {
@@ -97,6 +101,32 @@ Result<void> LockFile::acquire(const std::string& db_path) {
     return Error(ErrorCode::journal_failed, "sqlite journal " + quoted(db_path) + ": " + why);
   }
   return {};
+}
+
+namespace {
+
+int fine_busy_handler(void* arg, int count) {
+  const auto timeout_us = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(arg)) * 1000;
+  // What the earlier calls slept, by the same schedule.
+  auto slept_before = [](std::int64_t n) -> std::int64_t {
+    const std::int64_t a = std::min<std::int64_t>(n, 20), b = std::min<std::int64_t>(std::max<std::int64_t>(n - 20, 0), 80),
+                       c = std::max<std::int64_t>(n - 100, 0);
+    return a * 100 + b * 500 + c * 2000;
+  };
+  const std::int64_t step = count < 20 ? 100 : count < 100 ? 500 : 2000;
+  if (slept_before(count) + step > timeout_us) return 0;
+  std::this_thread::sleep_for(std::chrono::microseconds(step));
+  return 1;
+}
+
+}  // namespace
+
+void fine_busy_timeout(sqlite3* db, int timeout_ms) {
+  if (timeout_ms <= 0) {
+    sqlite3_busy_handler(db, nullptr, nullptr);
+    return;
+  }
+  sqlite3_busy_handler(db, fine_busy_handler, reinterpret_cast<void*>(static_cast<std::intptr_t>(timeout_ms)));
 }
 
 }  // namespace troupe::sqlite

@@ -130,6 +130,12 @@ class Connection {
   sqlite3* db_ = nullptr;
 };
 
+// Waits for SQLite's write lock up to `timeout_ms` in short steps (0.1 ms,
+// then 0.5 ms, then 2 ms) instead of sqlite3_busy_timeout's, which sleep
+// up to 100 ms at a time: two writers of one file (the journal and a read
+// model in it) hand the lock over within a fraction of a millisecond.
+void fine_busy_timeout(sqlite3* db, int timeout_ms);
+
 // A path or an id as messages show it: 'text'.
 std::string quoted(std::string_view s);
 // journal_failed naming the file, what was being done and SQLite's message.
