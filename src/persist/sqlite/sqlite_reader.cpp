@@ -224,15 +224,21 @@ Result<EventPage> Reader::query_events(const EventQuery& query) {
   Stmt& stmt = by_tag ? by_tag_ : by_type_;
   if (stmt.get() == nullptr)
     if (auto r = prepare(db_.get(), path, by_tag ? kQueryByTag : kQueryByType, stmt); !r) return std::move(r).error();
+  // By type: the bounds of the ids "<type>|...", alive until the reset.
+  const std::string& type = query.select.entity_type;
+  const std::string from = by_tag ? std::string() : type + '|';
+  const std::string below = by_tag ? std::string() : type + '}';
   sqlite3_stmt* s = stmt.get();
   ResetOnExit reset(s);
-  if (bind_text(s, 1, by_tag ? query.select.tag : query.select.entity_type) != SQLITE_OK ||
-      bind_seq(s, 2, query.after.ordering) != SQLITE_OK ||
-      sqlite3_bind_int64(s, 3, static_cast<sqlite3_int64>(query.limit)) != SQLITE_OK)
-    return failed(path, "bind the query " + query.select.to_string(), db_.get());
+  int rc = bind_text(s, 1, by_tag ? query.select.tag : type);
+  if (rc == SQLITE_OK) rc = bind_seq(s, 2, query.after.ordering);
+  if (rc == SQLITE_OK) rc = sqlite3_bind_int64(s, 3, static_cast<sqlite3_int64>(query.limit));
+  if (rc == SQLITE_OK && !by_tag) rc = bind_text(s, 4, from);
+  if (rc == SQLITE_OK && !by_tag) rc = bind_text(s, 5, below);
+  if (rc != SQLITE_OK) return failed(path, "bind the query " + query.select.to_string(), db_.get());
   page.events.reserve(std::min<std::size_t>(query.limit, 1024));
   for (;;) {
-    int rc = sqlite3_step(s);
+    rc = sqlite3_step(s);
     if (rc == SQLITE_DONE) return page;
     if (rc != SQLITE_ROW) return failed(path, "query " + query.select.to_string(), db_.get());
     StreamEvent out;

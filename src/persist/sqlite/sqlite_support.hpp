@@ -29,8 +29,8 @@ constexpr std::size_t kMaxCachedIds = std::size_t{1} << 20;
 
 // The writer assigns `ordering` (the rowid) itself: see Writer::next_ordering_.
 inline constexpr const char* kInsertEvent =
-    "INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload, trace_id, ordering, "
-    "entity_type, tags) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+    "INSERT INTO events (persistence_id, seq, timestamp_ms, type, version, payload, trace_id, ordering, tags) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 // OR IGNORE: an event may name a tag twice; it is found once.
 inline constexpr const char* kInsertTag = "INSERT OR IGNORE INTO event_tags (tag, ordering) VALUES (?1, ?2)";
 inline constexpr const char* kSelectDeletedTags =
@@ -67,12 +67,18 @@ inline constexpr const char* kSelectEvents =
     "SELECT seq, timestamp_ms, type, version, payload, trace_id, tags FROM events "
     "WHERE persistence_id = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq";
 // Queries (event_query.hpp): the replay columns, then ordering and id. By
-// type: the events_by_type index (entity_type, then the rowid). By tag:
-// event_tags' key (tag, ordering), then each event by its rowid; CROSS JOIN
-// keeps that nesting.
+// type: the rowid (the global order) from the offset on, keeping the ids
+// equal to the type (?1) or starting with "<type>|": those from ?4 =
+// "<type>|" up to ?5 = "<type>}" ('}' follows '|'; a type holds no '|').
+// The unary plus keeps SQLite from reading the (persistence_id, seq) index
+// instead, which would need a sort. Rows of other types are read and
+// skipped: a rare type in a large journal reads much (doc/journal.md). By
+// tag: event_tags' key (tag, ordering), then each event by its rowid;
+// CROSS JOIN keeps that nesting.
 inline constexpr const char* kQueryByType =
     "SELECT seq, timestamp_ms, type, version, payload, trace_id, tags, ordering, persistence_id FROM events "
-    "WHERE entity_type = ?1 AND ordering > ?2 ORDER BY ordering LIMIT ?3";
+    "WHERE ordering > ?2 AND ((+persistence_id >= ?4 AND +persistence_id < ?5) OR +persistence_id = ?1) "
+    "ORDER BY ordering LIMIT ?3";
 inline constexpr const char* kQueryByTag =
     "SELECT e.seq, e.timestamp_ms, e.type, e.version, e.payload, e.trace_id, e.tags, e.ordering, "
     "e.persistence_id FROM event_tags t CROSS JOIN events e ON e.ordering = t.ordering "

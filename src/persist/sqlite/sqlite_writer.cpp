@@ -158,9 +158,7 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
   if (multi)
     if (auto r = savepoint(); !r) return r;
   sqlite3_stmt* s = insert_event_.get();
-  const std::string_view type = entity_type_of(id);
-  if (bind_text(s, 1, id) != SQLITE_OK ||
-      sqlite3_bind_text64(s, 9, type.data(), type.size(), SQLITE_STATIC, SQLITE_UTF8) != SQLITE_OK) {
+  if (bind_text(s, 1, id) != SQLITE_OK) {
     Error e = fail("bind the persistence id");
     if (multi) rollback_savepoint();
     return e;
@@ -174,10 +172,10 @@ Result<void> Writer::do_append(AppendBatch& batch, std::uint64_t& written) {
     if (rc == SQLITE_OK) rc = e.trace_id.empty() ? sqlite3_bind_null(s, 7) : bind_text(s, 7, e.trace_id);
     if (rc == SQLITE_OK) {
       if (e.tags.empty()) {
-        rc = sqlite3_bind_null(s, 10);
+        rc = sqlite3_bind_null(s, 9);
       } else {
         tags_text_ = join_tags(e.tags);
-        rc = bind_text(s, 10, tags_text_);
+        rc = bind_text(s, 9, tags_text_);
       }
     }
     std::uint64_t ordering = 0;
