@@ -37,6 +37,7 @@ struct Fold {
 };
 
 enum class Backend { sqlite, postgres };
+void PrintTo(Backend b, std::ostream* os) { *os << (b == Backend::sqlite ? "sqlite" : "postgres"); }
 
 class ReadSideTest : public ::testing::TestWithParam<Backend> {
  protected:
