@@ -270,6 +270,16 @@ TEST_P(ReadSideTest, AnUnknownCustomerHasNoPaymentsAndBadInputsAreRefused) {
   ASSERT_TRUE(year.ok()) << year.error().to_string();
   EXPECT_TRUE(year->empty());
   EXPECT_EQ(ReadSide::open(*node, node->journal(), dir.file("x.db"), 0).error().code(), ErrorCode::invalid_argument);
+  EXPECT_EQ(ReadSide::start(*node, kMaxReadSlices + 1).error().code(), ErrorCode::invalid_argument);
+  // The memory journal's node (the SQLite run's) keeps no read model: the
+  // routes then answer 503 with this reason.
+  if (GetParam() == Backend::sqlite) {
+    auto off = ReadSide::start(*node, kSlices);
+    ASSERT_FALSE(off.ok());
+    EXPECT_EQ(off.error().code(), ErrorCode::invalid_argument);
+    EXPECT_NE(off.error().message().find("journal.backend is \"memory\""), std::string::npos)
+        << off.error().message();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReadSideTest, ::testing::Values(Backend::sqlite, Backend::postgres),
