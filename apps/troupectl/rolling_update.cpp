@@ -387,7 +387,9 @@ class NodeRestart {
         if (field(m, "to") != t_.id) continue;
         std::string type = cell(m, "type");
         ++to_it[type];
-        if (type.rfind("jobs/", 0) != 0) ++entity_shards;
+        // Job queues' shards and projections' slices move too; the node
+        // counts only entity shards as hosted.
+        if (type.rfind("jobs/", 0) != 0 && type.rfind("projections/", 0) != 0) ++entity_shards;
       }
       std::string what;
       for (const auto& [type, n] : to_it) what += (what.empty() ? "" : ", ") + type + " " + std::to_string(n);

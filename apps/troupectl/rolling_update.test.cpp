@@ -237,6 +237,8 @@ class FakeMember {
       for (int s = 0; s < given; ++s)
         moved.push_back({{"type", "payment"}, {"shard", s}, {"from", "x"}, {"to", id_}, {"epoch", 9}});
       moved.push_back({{"type", "jobs/refunds"}, {"shard", 0}, {"from", "x"}, {"to", id_}, {"epoch", 9}});
+      // A projection's slice (Node::serve_projection) moves too; it is no entity shard.
+      moved.push_back({{"type", "projections/totals"}, {"shard", 0}, {"from", "x"}, {"to", id_}, {"epoch", 9}});
       moved.push_back({{"type", "payment"}, {"shard", 7}, {"from", id_}, {"to", "x"}, {"epoch", 9}});
       hosted_ = hosted_after_;
       out.respond(troupe::http::Response::json(200, json{{"moves", moved.size()}, {"moved", moved}}.dump()));
@@ -319,7 +321,7 @@ TEST(RollingUpdateWatch, EachNodeInTurnIsRestartedSeenReadyRebalancedAndHostingI
     std::size_t up = at(step + ": started again, not ready yet after");
     std::size_t ready = at(step + ": ready after");
     std::size_t rebalanced =
-        at(step + ": rebalanced: 3 entity shards moved to it (jobs/refunds 1, payment 3)");
+        at(step + ": rebalanced: 3 entity shards moved to it (jobs/refunds 1, payment 3, projections/totals 1)");
     std::size_t owns = at(step + ": owns 3 shards after");
     EXPECT_LT(before, start);
     EXPECT_LT(start, std::min(done, up));
@@ -353,7 +355,7 @@ TEST(RollingUpdateWatch, ANodeGivenNoShardsPassesOnlyWhereTooFewArePlacedForEver
   auto r = few.roll({"--nodes", "f2"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(contains(r.out,
-                       "\nf2 (1/1): rebalanced: 0 entity shards moved to it (jobs/refunds 1)\n"
+                       "\nf2 (1/1): rebalanced: 0 entity shards moved to it (jobs/refunds 1, projections/totals 1)\n"
                        "f2 (1/1): owns no shards: the rebalance moved none to it (1 of payment placed over 2 "
                        "members)\n"))
       << r.out;

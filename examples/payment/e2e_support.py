@@ -296,3 +296,28 @@ class Postgres:
             subprocess.run([*self.as_, f"{self.bin}/pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop"],
                            capture_output=True, timeout=120)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run_cluster_tests(prefix, *tests):
+    """Runs each test(work, procs, pg, redis) (run_test) against one
+    PostgreSQL and one Redis started here, in a work directory named
+    `prefix`..., stops them, and ends as finish() does. Exit 77 (skipped)
+    without redis-server or the PostgreSQL server binaries."""
+    if not shutil.which("redis-server") or not postgres_bin_dir():
+        print("skipped: needs redis-server and the PostgreSQL server binaries (scripts/setup-deps)")
+        sys.exit(77)
+    # ctest's timeout and Ctrl-C: stop everything before going.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    t0 = time.time()
+    work = tempfile.mkdtemp(prefix=prefix)
+    pg = redis = None
+    try:
+        pg = Postgres()
+        redis = Redis(work)
+        for test in tests:
+            print(f"== {test.__name__} ==", flush=True)
+            run_test(test, work, pg, redis)
+    finally:
+        clean_up(work, [], redis, pg)
+    print(f"took {time.time() - t0:.1f} s", flush=True)
+    finish()

@@ -1,5 +1,6 @@
 // The payment service's read side (read_side.hpp): the two projections'
-// handlers, their start across the slices, the reads and the routes.
+// handlers (one template over the SQLite and the PostgreSQL read model),
+// their start across the slices, the reads and the routes.
 
 #include "read_side.hpp"
 
@@ -7,8 +8,13 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <mutex>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
+#include "troupe/persist/postgres_read_model.hpp"
 #include "troupe/persist/projection.hpp"
 #include "troupe/persist/sqlite_read_model.hpp"
 
@@ -18,9 +24,9 @@ namespace {
 
 using troupe::Error;
 using troupe::ErrorCode;
+using troupe::PostgresReadModel;
 using troupe::Result;
 using troupe::SqliteReadModel;
-using troupe::SqliteTransaction;
 using troupe::StreamEvent;
 using json = nlohmann::json;
 namespace http = troupe::http;
@@ -59,25 +65,57 @@ Result<Event> decode(const troupe::EventCodecs<Event>& codecs, const StreamEvent
   return codecs.decode(e.event.type, e.event.version, e.event.payload);
 }
 
+// The statements are written once, with SQLite's ?N placeholders;
+// PostgreSQL's are $N (no statement here has a '?' anywhere else). Upserts
+// name the stored row's columns by their table, as PostgreSQL wants.
+template <class Model>
+auto sql(std::string_view s) {
+  if constexpr (std::is_same_v<Model, SqliteReadModel>) {
+    return s;
+  } else {
+    std::string out(s);
+    for (auto& c : out)
+      if (c == '?') c = '$';
+    return out;
+  }
+}
+
+// The tables' creation, serialised across the nodes sharing a PostgreSQL
+// database (CREATE TABLE IF NOT EXISTS run at once by two sessions may fail
+// one of them), without a NOTICE per table that exists; SQLite's write lock
+// serialises it already.
+template <class Model>
+Result<void> lock_setup(typename Model::Transaction& tx) {
+  if constexpr (std::is_same_v<Model, PostgresReadModel>) {
+    if (auto r = tx.exec("SET LOCAL client_min_messages = warning"); !r) return r;
+    auto r = tx.query("SELECT pg_advisory_xact_lock(hashtext('payment read side tables'))");
+    if (!r) return std::move(r).error();
+  }
+  (void)tx;
+  return {};
+}
+
 // payments_by_customer: one row per payment, upserted by each event, so a
 // payment whose first events are in no slice (stored before tags) still
 // gets a row from its later ones.
+template <class Model>
 struct ByCustomer {
-  using ReadModel = SqliteReadModel;
+  using ReadModel = Model;
   troupe::EventCodecs<Event> codecs = payment_codecs();
 
-  Result<void> setup(SqliteTransaction& tx) {
+  Result<void> setup(typename Model::Transaction& tx) {
+    if (auto r = lock_setup<Model>(tx); !r) return r;
     auto r = tx.exec(
         "CREATE TABLE IF NOT EXISTS payments_by_customer (payment_id TEXT PRIMARY KEY, customer TEXT NOT NULL, "
-        "order_id TEXT NOT NULL, amount INTEGER NOT NULL, status TEXT NOT NULL, refunded INTEGER NOT NULL, "
-        "created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL)");
+        "order_id TEXT NOT NULL, amount BIGINT NOT NULL, status TEXT NOT NULL, refunded BIGINT NOT NULL, "
+        "created_ms BIGINT NOT NULL, updated_ms BIGINT NOT NULL)");
     if (!r) return r;
     return tx.exec(
         "CREATE INDEX IF NOT EXISTS payments_by_customer_customer ON payments_by_customer (customer, created_ms, "
         "payment_id)");
   }
 
-  Result<void> apply(SqliteTransaction& tx, const StreamEvent& e) {
+  Result<void> apply(typename Model::Transaction& tx, const StreamEvent& e) {
     auto ev = decode(codecs, e);
     if (!ev) return std::move(ev).error();
     const std::string id = payment_id_of(e.persistence_id);
@@ -86,16 +124,17 @@ struct ByCustomer {
     // customer only replaces the stored one when it is not empty.
     auto order = [&](const std::string& customer, const std::string& order_id, std::int64_t amount, Phase p) {
       return tx.exec(
-          "INSERT INTO payments_by_customer VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?6) ON CONFLICT (payment_id) DO UPDATE "
-          "SET customer = CASE WHEN excluded.customer <> '' THEN excluded.customer ELSE customer END, "
-          "order_id = excluded.order_id, amount = excluded.amount, status = excluded.status, "
-          "updated_ms = excluded.updated_ms",
+          sql<Model>("INSERT INTO payments_by_customer VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?6) ON CONFLICT (payment_id) "
+                     "DO UPDATE SET customer = CASE WHEN excluded.customer <> '' THEN excluded.customer "
+                     "ELSE payments_by_customer.customer END, order_id = excluded.order_id, amount = excluded.amount, "
+                     "status = excluded.status, updated_ms = excluded.updated_ms"),
           {id, customer, order_id, amount, to_string(p), at});
     };
     auto status = [&](Phase p, std::int64_t refunded) {
       return tx.exec(
-          "INSERT INTO payments_by_customer VALUES (?1, '', '', 0, ?2, ?3, ?4, ?4) ON CONFLICT (payment_id) DO UPDATE "
-          "SET status = excluded.status, refunded = excluded.refunded, updated_ms = excluded.updated_ms",
+          sql<Model>("INSERT INTO payments_by_customer VALUES (?1, '', '', 0, ?2, ?3, ?4, ?4) ON CONFLICT (payment_id) "
+                     "DO UPDATE SET status = excluded.status, refunded = excluded.refunded, "
+                     "updated_ms = excluded.updated_ms"),
           {id, to_string(p), refunded, at});
     };
     return troupe::match(
@@ -113,43 +152,46 @@ struct ByCustomer {
 // daily_totals: per UTC day of the event, payments settled and refunds
 // stored. The amount of a payment being settled waits in
 // daily_totals_open (its last Created or Accepted) until its outcome.
+template <class Model>
 struct DailyTotals {
-  using ReadModel = SqliteReadModel;
+  using ReadModel = Model;
   troupe::EventCodecs<Event> codecs = payment_codecs();
 
-  Result<void> setup(SqliteTransaction& tx) {
+  Result<void> setup(typename Model::Transaction& tx) {
+    if (auto r = lock_setup<Model>(tx); !r) return r;
     auto r = tx.exec(
-        "CREATE TABLE IF NOT EXISTS daily_totals (day TEXT PRIMARY KEY, settled_count INTEGER NOT NULL, "
-        "settled_amount INTEGER NOT NULL, refunded_count INTEGER NOT NULL, refunded_amount INTEGER NOT NULL)");
+        "CREATE TABLE IF NOT EXISTS daily_totals (day TEXT PRIMARY KEY, settled_count BIGINT NOT NULL, "
+        "settled_amount BIGINT NOT NULL, refunded_count BIGINT NOT NULL, refunded_amount BIGINT NOT NULL)");
     if (!r) return r;
     return tx.exec(
-        "CREATE TABLE IF NOT EXISTS daily_totals_open (payment_id TEXT PRIMARY KEY, amount INTEGER NOT NULL)");
+        "CREATE TABLE IF NOT EXISTS daily_totals_open (payment_id TEXT PRIMARY KEY, amount BIGINT NOT NULL)");
   }
 
-  Result<void> apply(SqliteTransaction& tx, const StreamEvent& e) {
+  Result<void> apply(typename Model::Transaction& tx, const StreamEvent& e) {
     auto ev = decode(codecs, e);
     if (!ev) return std::move(ev).error();
     const std::string id = payment_id_of(e.persistence_id);
     const std::string day = utc_day(e.event.timestamp_ms);
     auto open = [&](std::int64_t amount) {
-      return tx.exec(
-          "INSERT INTO daily_totals_open VALUES (?1, ?2) ON CONFLICT (payment_id) DO UPDATE SET amount = excluded.amount",
-          {id, amount});
+      return tx.exec(sql<Model>("INSERT INTO daily_totals_open VALUES (?1, ?2) ON CONFLICT (payment_id) DO UPDATE "
+                                "SET amount = excluded.amount"),
+                     {id, amount});
     };
-    auto close = [&] { return tx.exec("DELETE FROM daily_totals_open WHERE payment_id = ?1", {id}); };
+    auto close = [&] { return tx.exec(sql<Model>("DELETE FROM daily_totals_open WHERE payment_id = ?1"), {id}); };
     auto add = [&](std::int64_t settled, std::int64_t settled_amount, std::int64_t refunds, std::int64_t refunded) {
       return tx.exec(
-          "INSERT INTO daily_totals VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (day) DO UPDATE SET "
-          "settled_count = settled_count + excluded.settled_count, settled_amount = settled_amount + "
-          "excluded.settled_amount, refunded_count = refunded_count + excluded.refunded_count, "
-          "refunded_amount = refunded_amount + excluded.refunded_amount",
+          sql<Model>("INSERT INTO daily_totals VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (day) DO UPDATE SET "
+                     "settled_count = daily_totals.settled_count + excluded.settled_count, "
+                     "settled_amount = daily_totals.settled_amount + excluded.settled_amount, "
+                     "refunded_count = daily_totals.refunded_count + excluded.refunded_count, "
+                     "refunded_amount = daily_totals.refunded_amount + excluded.refunded_amount"),
           {day, settled, settled_amount, refunds, refunded});
     };
     return troupe::match(
         *ev, [&](const PaymentCreated& x) { return open(x.amount); },
         [&](const SettlementAccepted& x) { return open(x.amount); },
         [&](const SettlementSucceeded&) -> Result<void> {
-          auto rows = tx.query("SELECT amount FROM daily_totals_open WHERE payment_id = ?1", {id});
+          auto rows = tx.query(sql<Model>("SELECT amount FROM daily_totals_open WHERE payment_id = ?1"), {id});
           if (!rows) return std::move(rows).error();
           // Loud, never a guess: the projection stops on this event.
           if (rows->empty())
@@ -168,30 +210,121 @@ struct DailyTotals {
   }
 };
 
-// A projection of one slice, as the node watches it.
-struct Running {
-  std::string key;
-  std::function<troupe::ProjectionStatus()> status;
-  std::function<void()> stop;
+// The slices of both projections running on this node, by status key.
+// Shared with the node's serve_projection callbacks in a cluster, which may
+// outlive the ReadSide. Thread-safe (mu).
+struct LocalSlices {
+  std::mutex mu;
+  std::map<std::string, troupe::node::RunningSlice> running;
 };
 
-template <class H>
-Result<Running> start_slice(troupe::node::Node& node, const std::shared_ptr<troupe::Journal>& journal,
-                            const std::shared_ptr<SqliteReadModel>& model, std::string name, std::string tag) {
+using AnyModel = std::variant<std::shared_ptr<SqliteReadModel>, std::shared_ptr<PostgresReadModel>>;
+
+template <template <class> class H, class Model>
+Result<troupe::node::RunningSlice> start_slice(troupe::ActorSystem& system, const std::shared_ptr<troupe::Journal>& journal,
+                                               const std::shared_ptr<Model>& model, std::string name, std::string tag) {
   troupe::ProjectionSettings s;
   s.name = std::move(name);
   s.source = troupe::EventSelector::with_tag(std::move(tag));
   s.poll_interval = std::chrono::milliseconds(500);
-  // The read model shares the journal's file and its write lock: a few ms
-  // of commits per page keeps the projections' transactions few.
+  // A read model in the journal's SQLite file shares its write lock: a few
+  // ms of commits per page keeps the projections' transactions few.
   s.linger = std::chrono::milliseconds(5);
-  auto p = troupe::Projection<H>::start(node.system(), journal, model, std::move(s));
+  auto p = troupe::Projection<H<Model>>::start(system, journal, model, std::move(s));
   if (!p) return std::move(p).error();
-  node.watch_projection(*p);
-  return Running{p->status().key, [p = *p] { return p.status(); }, [p = *p] { p.stop(); }};
+  return troupe::node::RunningSlice::of(*p);
 }
 
 }  // namespace
+
+struct ReadSide::Impl {
+  troupe::node::Node* node = nullptr;
+  AnyModel model;
+  std::shared_ptr<LocalSlices> local = std::make_shared<LocalSlices>();
+  bool node_runs_slices = false;  // served by the node (a cluster): it stops them when it stops
+
+  Impl() = default;
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+  ~Impl() {
+    if (node_runs_slices) return;
+    std::map<std::string, troupe::node::RunningSlice> running;
+    {
+      std::lock_guard lk(local->mu);
+      running.swap(local->running);
+    }
+    for (auto& [key, r] : running) {
+      node->unwatch_projection(key);
+      r.stop();
+    }
+  }
+
+  // A read on the model's reading connection; `text` as sql() takes it.
+  Result<std::vector<troupe::SqlRow>> query(std::string_view text, std::initializer_list<troupe::SqlParam> params) const {
+    return std::visit(
+        [&](const auto& m) { return m->query(sql<typename std::decay_t<decltype(m)>::element_type>(text), params); },
+        model);
+  }
+
+  // Creates the tables, then runs both projections over every slice: all
+  // here, or (`clustered`) each slice on one node of the cluster.
+  template <class Model>
+  Result<void> run(const std::shared_ptr<troupe::Journal>& journal, const std::shared_ptr<Model>& m,
+                   std::uint32_t slices, bool clustered) {
+    model = m;
+    // The tables first, so that a read before the projections' first page
+    // finds them (empty) rather than failing.
+    auto tables = m->transact([](typename Model::Transaction& tx) -> Result<void> {
+      if (auto r = ByCustomer<Model>{}.setup(tx); !r) return r;
+      return DailyTotals<Model>{}.setup(tx);
+    });
+    if (!tables) return Error(tables.error().code(), "the read model's tables: " + tables.error().message());
+    using Start = Result<troupe::node::RunningSlice> (*)(troupe::ActorSystem&, const std::shared_ptr<troupe::Journal>&,
+                                                         const std::shared_ptr<Model>&, std::string, std::string);
+    const std::pair<const char*, Start> projections[] = {{"payments_by_customer", &start_slice<ByCustomer, Model>},
+                                                         {"daily_totals", &start_slice<DailyTotals, Model>}};
+    troupe::ActorSystem* system = &node->system();
+    // Starts one slice and keeps it in `local` until it stops.
+    auto starter = [system, journal, m, shared = local](std::string name, Start start) {
+      return [=](const std::string& tag) -> Result<troupe::node::RunningSlice> {
+        auto r = start(*system, journal, m, name, tag);
+        if (!r) return r;
+        std::string key = r->status().key;
+        {
+          std::lock_guard lk(shared->mu);
+          shared->running[key] = *r;
+        }
+        return troupe::node::RunningSlice{r->status, [shared, key, stop = r->stop] {
+                                            {
+                                              std::lock_guard lk(shared->mu);
+                                              shared->running.erase(key);
+                                            }
+                                            stop();
+                                          }};
+      };
+    };
+    if (clustered) {
+      node_runs_slices = true;
+      for (const auto& [name, start] : projections) {
+        troupe::node::ProjectionSlices ps;
+        ps.name = name;
+        for (std::uint32_t k = 0; k < slices; ++k) ps.slices.push_back("payment-slice-" + std::to_string(k));
+        ps.start = starter(name, start);
+        if (auto r = node->serve_projection(std::move(ps)); !r) return r;
+      }
+      return {};
+    }
+    for (std::uint32_t k = 0; k < slices; ++k) {
+      for (const auto& [name, start] : projections) {
+        auto r = starter(name, start)("payment-slice-" + std::to_string(k));
+        if (!r) return std::move(r).error();  // ~Impl stops those started
+        node->watch_projection(r->status);
+      }
+    }
+    return {};
+  }
+};
+
 
 std::string utc_day(std::int64_t ms) {
   using namespace std::chrono;
@@ -217,57 +350,44 @@ Result<void> validate_day(std::string_view day) {
   return {};
 }
 
-struct ReadSide::Impl {
-  troupe::node::Node* node = nullptr;
-  std::shared_ptr<SqliteReadModel> model;
-  std::vector<Running> running;
-};
-
 ReadSide::ReadSide(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-ReadSide::~ReadSide() {
-  for (auto& r : impl_->running) {
-    impl_->node->unwatch_projection(r.key);
-    r.stop();
-  }
-}
+ReadSide::~ReadSide() = default;
 
 Result<std::unique_ptr<ReadSide>> ReadSide::start(troupe::node::Node& node, std::uint32_t slices) {
-  if (node.config().journal.backend != "sqlite")
-    return Error(ErrorCode::invalid_argument, "the read side keeps its read models in the SQLite journal's file; "
-                                              "journal.backend is \"" + node.config().journal.backend + "\"");
-  return open(node, node.journal(), node.config().sqlite_path().string(), slices);
+  const auto& j = node.config().journal;
+  if (j.backend == "sqlite") return open(node, node.journal(), node.config().sqlite_path().string(), slices);
+  if (j.backend != "postgres")
+    return Error(ErrorCode::invalid_argument, "the read side keeps its read models in the journal's database "
+                                              "(SQLite or PostgreSQL); journal.backend is \"" + j.backend + "\"");
+  if (auto r = check(node.journal(), slices); !r) return std::move(r).error();
+  auto model = PostgresReadModel::open({j.postgres, j.schema});
+  if (!model) return Error(model.error().code(), "the read model: " + model.error().message());
+  auto impl = std::make_unique<Impl>();
+  impl->node = &node;
+  if (auto r = impl->run(node.journal(), *model, slices, node.config().cluster.enabled); !r) return std::move(r).error();
+  return std::unique_ptr<ReadSide>(new ReadSide(std::move(impl)));
 }
 
 Result<std::unique_ptr<ReadSide>> ReadSide::open(troupe::node::Node& node, std::shared_ptr<troupe::Journal> journal,
                                                  const std::string& model_path, std::uint32_t slices) {
+  if (auto r = check(journal, slices); !r) return std::move(r).error();
+  auto model = SqliteReadModel::open({.path = model_path});
+  if (!model) return Error(model.error().code(), "the read model: " + model.error().message());
+  auto impl = std::make_unique<Impl>();
+  impl->node = &node;
+  // Each node's SQLite file holds its own journal: its read side runs
+  // every slice, in a cluster too.
+  if (auto r = impl->run(journal, *model, slices, false); !r) return std::move(r).error();
+  return std::unique_ptr<ReadSide>(new ReadSide(std::move(impl)));
+}
+
+Result<void> ReadSide::check(const std::shared_ptr<troupe::Journal>& journal, std::uint32_t slices) {
   if (!journal || !journal->supports_queries())
     return Error(ErrorCode::invalid_argument, "the journal does not answer queries across entities");
   if (slices == 0 || slices > kMaxReadSlices)
     return Error(ErrorCode::invalid_argument, "payment.read_slices: 1 to " + std::to_string(kMaxReadSlices));
-  auto model = SqliteReadModel::open({.path = model_path});
-  if (!model) return Error(model.error().code(), "the read model: " + model.error().message());
-  // The tables first, so that a read before the projections' first page
-  // finds them (empty) rather than failing.
-  auto tables = (*model)->transact([](SqliteTransaction& tx) -> Result<void> {
-    if (auto r = ByCustomer{}.setup(tx); !r) return r;
-    return DailyTotals{}.setup(tx);
-  });
-  if (!tables) return Error(tables.error().code(), "the read model's tables: " + tables.error().message());
-  auto impl = std::make_unique<Impl>();
-  impl->node = &node;
-  impl->model = *model;
-  auto side = std::unique_ptr<ReadSide>(new ReadSide(std::move(impl)));
-  for (std::uint32_t k = 0; k < slices; ++k) {
-    std::string tag = "payment-slice-" + std::to_string(k);
-    auto a = start_slice<ByCustomer>(node, journal, side->impl_->model, "payments_by_customer", tag);
-    if (!a) return std::move(a).error();  // ~ReadSide stops those started
-    side->impl_->running.push_back(std::move(*a));
-    auto b = start_slice<DailyTotals>(node, journal, side->impl_->model, "daily_totals", tag);
-    if (!b) return std::move(b).error();
-    side->impl_->running.push_back(std::move(*b));
-  }
-  return side;
+  return {};
 }
 
 Result<std::vector<CustomerPayment>> ReadSide::customer_payments(std::string_view customer, std::size_t limit) const {
@@ -277,7 +397,7 @@ Result<std::vector<CustomerPayment>> ReadSide::customer_payments(std::string_vie
   for (unsigned char c : customer)
     if (c < 0x20 || c == 0x7f) return Error(ErrorCode::invalid_argument, "a customer id holds no control character");
   if (limit == 0 || limit > 1000) return Error(ErrorCode::invalid_argument, "limit: 1 to 1000");
-  auto rows = impl_->model->query(
+  auto rows = impl_->query(
       "SELECT payment_id, order_id, amount, status, refunded, created_ms, updated_ms FROM payments_by_customer "
       "WHERE customer = ?1 ORDER BY created_ms, payment_id LIMIT ?2",
       {customer, static_cast<std::int64_t>(limit)});
@@ -297,7 +417,7 @@ Result<std::vector<DayTotals>> ReadSide::daily_totals(std::string_view from, std
   if (!t) return Error(ErrorCode::invalid_argument, "to: " + t.error().message());
   if (*f > *t) return Error(ErrorCode::invalid_argument, "from is after to");
   if (*t - *f > std::chrono::days(365)) return Error(ErrorCode::invalid_argument, "at most 366 days at once");
-  auto rows = impl_->model->query(
+  auto rows = impl_->query(
       "SELECT day, settled_count, settled_amount, refunded_count, refunded_amount FROM daily_totals "
       "WHERE day >= ?1 AND day <= ?2 ORDER BY day",
       {from, to});
@@ -309,8 +429,13 @@ Result<std::vector<DayTotals>> ReadSide::daily_totals(std::string_view from, std
 }
 
 std::vector<troupe::ProjectionStatus> ReadSide::statuses() const {
+  std::vector<std::function<troupe::ProjectionStatus()>> running;
+  {
+    std::lock_guard lk(impl_->local->mu);
+    for (const auto& [key, r] : impl_->local->running) running.push_back(r.status);
+  }
   std::vector<troupe::ProjectionStatus> out;
-  for (const auto& r : impl_->running) out.push_back(r.status());
+  for (const auto& status : running) out.push_back(status());
   return out;
 }
 

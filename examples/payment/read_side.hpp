@@ -1,8 +1,9 @@
 #pragma once
 // The payment service's read side (doc/payment.md, "Read side"): two
 // projections of the payments' events into read models that live in the
-// journal's own SQLite file, each exactly once (troupe::Projection stores
-// its offset in the same transaction as its rows):
+// journal's own database (its SQLite file, or its PostgreSQL database and
+// schema), each exactly once (troupe::Projection stores its offset in the
+// same transaction as its rows):
 //
 //   payments_by_customer  one row per payment: customer, order, amount,
 //                         status, refunded, created/updated times
@@ -20,11 +21,16 @@
 // would go to another slice); events stored before tags existed belong to
 // no slice and are not in the read models.
 //
+// In a cluster on PostgreSQL each slice of each projection runs on one node
+// (Node::serve_projection: the units of "projections/payments_by_customer"
+// and "projections/daily_totals"), and every node reads the one read model.
+//
 // Ownership: ReadSide::start returns the only owner; it borrows the node,
 // which must outlive it, and registers its projections with it (/metrics,
-// GET /projections, the dashboard). Destroying it stops them.
+// GET /projections, the dashboard). Destroying it stops them, except the
+// slices a cluster placed here: the node runs those until it stops.
 // Thread safety: every member is thread-safe; reads run on the caller's
-// thread (an indexed SQLite query on the read model's reading connection).
+// thread (an indexed query on the read model's reading connection).
 
 #include <cstdint>
 #include <memory>
@@ -74,10 +80,12 @@ troupe::Result<void> validate_day(std::string_view day);
 
 class ReadSide {
  public:
-  // Opens the read model in the journal's SQLite file (after the node
-  // opened the journal) and starts 2 x `slices` projections. Errors:
-  // invalid_argument for a journal that is not SQLite or does not answer
-  // queries across entities; the read model's or the projections' errors.
+  // Opens the read model in the journal's database (after the node opened
+  // the journal: the SQLite file, or the PostgreSQL database and schema)
+  // and starts 2 x `slices` projections: all here, or in a cluster on
+  // PostgreSQL each where the cluster places it. Errors: invalid_argument
+  // for the memory journal or one that does not answer queries across
+  // entities; the read model's or the projections' errors.
   static troupe::Result<std::unique_ptr<ReadSide>> start(troupe::node::Node& node, std::uint32_t slices);
   // The same over any journal that answers queries, with the read models
   // in the SQLite file `model_path` (tests and tools).
@@ -95,8 +103,8 @@ class ReadSide {
   // The days from `from` to `to` (inclusive, at most 366) that have
   // totals, in order. invalid_argument for bad dates or from > to.
   troupe::Result<std::vector<DayTotals>> daily_totals(std::string_view from, std::string_view to) const;
-  // Its projections' statuses (one per projection and slice), and the
-  // slowest one's lag (ms), as they report them.
+  // The statuses of its projections' slices running on this node (all of
+  // them but in a cluster), and the slowest one's lag (ms).
   std::vector<troupe::ProjectionStatus> statuses() const;
   std::int64_t max_lag_ms() const;
 
@@ -109,6 +117,7 @@ class ReadSide {
 
  private:
   explicit ReadSide(std::unique_ptr<Impl> impl);
+  static troupe::Result<void> check(const std::shared_ptr<troupe::Journal>& journal, std::uint32_t slices);
   std::unique_ptr<Impl> impl_;
 };
 

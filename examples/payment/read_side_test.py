@@ -70,9 +70,9 @@ def payments(api, first, count):
                 call(api, "POST", f"/payments/{pid}/cancel")
 
 
-def truth(api, ids):
+def truth(api, ids, customers=CUSTOMERS):
     """What the entities say: customer -> {id: row} and the totals."""
-    by_customer = {c: {} for c in CUSTOMERS}
+    by_customer = {c: {} for c in customers}
     settled = [0, 0]
     refunded = [0, 0]
     for pid in ids:
@@ -89,13 +89,18 @@ def truth(api, ids):
     return by_customer, settled, refunded
 
 
-def read_side(api):
+def read_side(api, customers=CUSTOMERS):
+    """What the read side says, in truth()'s shape; None when a route fails
+    or a payment is listed twice."""
     by_customer = {}
-    for c in CUSTOMERS:
+    for c in customers:
         s, r = call(api, "GET", f"/customers/{c}/payments?limit=1000")
         if s != 200:
             return None
-        by_customer[c] = {p["id"]: (p["order_id"], p["amount"], p["status"], p["refunded"]) for p in r["payments"]}
+        rows = {p["id"]: (p["order_id"], p["amount"], p["status"], p["refunded"]) for p in r["payments"]}
+        if len(rows) != len(r["payments"]):
+            return None
+        by_customer[c] = rows
     today = datetime.datetime.now(datetime.timezone.utc).date()
     frm, to = today - datetime.timedelta(days=1), today + datetime.timedelta(days=1)
     s, r = call(api, "GET", f"/totals/daily?from={frm}&to={to}")
