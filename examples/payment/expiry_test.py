@@ -5,7 +5,8 @@ payment_gateway. A payment created with settle=false becomes Cancelled with
 detail "expired"; one settled or cancelled in time does not; one created
 just before a kill -9 expires after the restart on the same files;
 /metrics counts the expiries; a bad expire_after stops the service at
-start with an error naming it.
+start with an error naming it. With PostgreSQL installed, the same
+expiry with the journal (and so the reminders) in a PostgreSQL schema.
 
 Usage: expiry_test.py BIN_DIR
 """
@@ -18,15 +19,17 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from e2e_support import Proc, call, check, finish, gateway, get_text, payment_node, wait_until  # noqa: E402
+from e2e_support import (Postgres, Proc, call, check, finish, gateway, get_text, payment_node,  # noqa: E402
+                          postgres_bin_dir, wait_until)
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else "build/debug"
 
 
-def config(work, gw_port, expire_after):
+def config(work, gw_port, expire_after, journal=""):
     return f"""[node]
 id = "n1"
 data_dir = "{work}/n1-data"
+{journal}
 [admin]
 port = 0
 [entities]
@@ -99,11 +102,34 @@ def main():
         procs.append(n1)
         got = wait_until(lambda: status(api, "e-4")["detail"] == "expired", 15)
         check(bool(got), f"a payment created before a kill -9 expires after the restart: {status(api, 'e-4')}")
+        n1.stop(signal.SIGKILL)
+        procs.remove(n1)
+
+        if postgres_bin_dir() is not None:
+            expires_in_postgres(work, gw_port, procs)
+        else:
+            print("skip the PostgreSQL journal: no PostgreSQL installed", flush=True)
     finally:
         for p in procs:
             p.stop(signal.SIGKILL)
         os.system(f"rm -rf {work}")
     finish()
+
+
+def expires_in_postgres(work, gw_port, procs):
+    pg = Postgres()
+    try:
+        journal = f'[journal]\nbackend = "postgres"\npostgres = "{pg.conninfo}"\nschema = "pay"'
+        n2, api, _ = payment_node(BIN, work, "n2", config(work, gw_port, "2s", journal))
+        procs.append(n2)
+        create(api, "pg-1")
+        got = wait_until(lambda: status(api, "pg-1")["detail"] == "expired", 15)
+        check(bool(got), f"with the journal in PostgreSQL it expires too: {status(api, 'pg-1')}")
+    finally:
+        for p in procs:
+            p.stop(signal.SIGKILL)
+        procs.clear()
+        pg.stop()
 
 
 if __name__ == "__main__":
