@@ -33,6 +33,16 @@
 // current status is the answer, so a double click (or ten) refunds once.
 // After Failed there is nothing to undo either.
 //
+// Expiry. With an ExpiryPolicy (expiry.hpp), Create stores a one-shot
+// reminder "expire" due expire_after later, before it stores
+// PaymentCreated (so a created payment always has one), and answers once
+// both are stored. When it fires (the Expire command), a payment still
+// created (WaitingForRequest with an order) stores PaymentCancelled with
+// reason "expired"; in any other state it stores nothing and answers its
+// status, so a late or repeated firing is harmless. A Settle or Cancel of a
+// created payment cancels the reminder (without waiting: should that be
+// lost, the firing finds the payment settled or cancelled and does nothing).
+//
 // Settle is idempotent per payment id: a retry with the same order and amount
 // gets the outcome (at once, or when the episode in progress ends); one with
 // a different order or amount is refused.
@@ -103,6 +113,19 @@ struct PaymentState {
   std::int64_t refunded = 0;       // paid back on cancel (minor units); 0: nothing to pay back
 };
 
+// The reminder a created payment sets to expire itself (expiry.hpp).
+inline constexpr const char* kExpireReminder = "expire";
+inline constexpr const char* kExpiredReason = "expired";
+
+// When a payment created and never settled expires: `after` its creation,
+// through `reminders`. No handle or a zero time: never. Value type; the
+// handle is thread-safe.
+struct ExpiryPolicy {
+  troupe::Reminders reminders;
+  troupe::Duration after{};
+  bool enabled() const { return static_cast<bool>(reminders) && after > troupe::Duration::zero(); }
+};
+
 // What every command that asks about a payment gets back. Value type.
 struct PaymentStatus {
   PaymentState state;
@@ -138,8 +161,14 @@ struct GetStatus {
 };
 // The payment is finished: free its memory (it recovers on the next command).
 struct Rest {};
+// Its "expire" reminder fired (due at due_ms): cancel it if still created;
+// answered with the status either way.
+struct Expire {
+  std::int64_t due_ms = 0;
+  troupe::ReplyTo<PaymentStatus> reply_to;
+};
 
-using Command = std::variant<Create, Settle, Cancel, GetStatus, Rest>;
+using Command = std::variant<Create, Settle, Cancel, GetStatus, Rest, Expire>;
 
 // --- events: each carries what recovery needs to rebuild the state --------------
 
@@ -168,6 +197,7 @@ struct SettlementTimedOut {  // stored by the runtime at the processing deadline
 };
 struct PaymentCancelled {
   std::int64_t refunded = 0;  // 0 when cancelled before settling; above 0 it calls for a refund
+  std::string reason;         // "" when asked for; kExpiredReason when it expired
 };
 
 // What builds before the outbox stored about handing a refund to their
@@ -200,15 +230,20 @@ class Payment {
 
   // `slice_tag`: the tag stored with each of the payment's events, the
   // read side's slice of it (read_side.hpp); empty: none.
-  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::Duration processing_timeout, std::string slice_tag = {})
-      : gateway_(std::move(gateway)), processing_timeout_(processing_timeout), slice_tag_(std::move(slice_tag)) {}
+  // `expiry`: when a created payment expires (none by default).
+  Payment(troupe::ActorRef<GatewayMsg> gateway, troupe::Duration processing_timeout, std::string slice_tag = {},
+          ExpiryPolicy expiry = {})
+      : gateway_(std::move(gateway)),
+        processing_timeout_(processing_timeout),
+        slice_tag_(std::move(slice_tag)),
+        expiry_(std::move(expiry)) {}
 
   Effect on_command(const State& s, Command& c, Context& ctx) {
     return troupe::match(
         c, [&](Create& m) { return on_create(s, m, ctx); }, [&](Settle& m) { return on_settle(s, m, ctx); },
         [&](Cancel& m) { return on_cancel(s, m, ctx); },
         [&](GetStatus& m) { return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()}); },
-        [&](Rest&) { return Effect::passivate(); });
+        [&](Rest&) { return Effect::passivate(); }, [&](Expire& m) { return on_expire(s, m, ctx); });
   }
 
   void on_event(State& s, const Event& e) const {
@@ -238,6 +273,7 @@ class Payment {
         [&](const PaymentCancelled& x) {
           s.phase = Phase::cancelled;
           s.refunded = x.refunded;
+          if (!x.reason.empty()) s.detail = x.reason;
         },
         [&](const LegacyRefundStep&) {});
   }
@@ -272,7 +308,8 @@ class Payment {
   }
 
  private:
-  Effect on_create(const State& s, Create& m, Context& ctx) {
+  // `reminder_stored`: the expiry's reminder is stored (create_expiring).
+  Effect on_create(const State& s, Create& m, Context& ctx, bool reminder_stored = false) {
     auto bad = [&](std::string why) {
       return Effect::reject(m.reply_to, troupe::Error(troupe::ErrorCode::invalid_argument, std::move(why)));
     };
@@ -283,8 +320,37 @@ class Payment {
       return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // idempotent retry
     }
     if (s.phase != Phase::waiting_for_request) return bad("payment already settled or cancelled");
+    if (expiry_.enabled() && !reminder_stored) return Effect::await(create_expiring(s, m, ctx));
     auto reply = [&ctx](const State& st) { return PaymentStatus{st, ctx.last_seq()}; };
     return Effect::persist(PaymentCreated{m.customer, m.order_id, m.amount}).then_reply(m.reply_to, reply);
+  }
+
+  // Stores the "expire" reminder, then PaymentCreated: a payment whose
+  // creation was stored has its reminder; one whose append failed has a
+  // reminder that will find nothing to expire. The entity handles other
+  // commands meanwhile, so the create is checked again on the state as it
+  // is then. `s` and `m` stay valid until this returns.
+  troupe::Task<Effect> create_expiring(const State& s, Create& m, Context& ctx) {
+    auto stored = expiry_.reminders.set(ctx.persistence_id(), kExpireReminder, ctx.wall_now() + expiry_.after);
+    troupe::Result<void> set = co_await std::move(stored);
+    if (!set.ok())
+      co_return Effect::reject(m.reply_to,
+                               troupe::Error(set.error().code(), "the payment's expiry: " + set.error().message()));
+    co_return on_create(s, m, ctx, true);
+  }
+
+  // Only a payment still created expires; anything else is left as it is.
+  Effect on_expire(const State& s, Expire& m, Context& ctx) {
+    auto reply = [&ctx](const State& st) { return PaymentStatus{st, ctx.last_seq()}; };
+    if (s.phase != Phase::waiting_for_request || s.order_id.empty())
+      return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});
+    return Effect::persist(PaymentCancelled{0, kExpiredReason}).then_reply(m.reply_to, reply).then_passivate();
+  }
+
+  // A created payment that settles or is cancelled no longer expires. Not
+  // awaited: a firing that comes anyway does nothing (on_expire).
+  void drop_expiry(const State& s, Context& ctx) const {
+    if (expiry_.reminders && !s.order_id.empty()) (void)expiry_.reminders.cancel(ctx.persistence_id(), kExpireReminder);
   }
 
   Effect on_settle(const State& s, Settle& m, Context& ctx) {
@@ -301,6 +367,7 @@ class Payment {
         if (m.order_id.empty() || m.amount <= 0)
           return Effect::reject(m.reply_to, troupe::Error(troupe::ErrorCode::invalid_argument,
                                                           "a settlement needs an order id and a positive amount"));
+        drop_expiry(s, ctx);
         return Effect::await(settle(s, m, ctx));
       }
       case Phase::settling:
@@ -321,12 +388,13 @@ class Payment {
     auto reply = [&ctx](const State& st) { return PaymentStatus{st, ctx.last_seq()}; };
     switch (s.phase) {
       case Phase::waiting_for_request:
-        return Effect::persist(PaymentCancelled{0}).then_reply(m.reply_to, reply).then_passivate();
+        drop_expiry(s, ctx);
+        return Effect::persist(PaymentCancelled{0, ""}).then_reply(m.reply_to, reply).then_passivate();
       case Phase::settling:
         return Effect::stash();  // what a cancel means depends on the outcome
       case Phase::completed:
         // The refund is stored with the event (side_effects): answered once both are.
-        return Effect::persist(PaymentCancelled{s.amount}).then_reply(m.reply_to, reply).then_passivate();
+        return Effect::persist(PaymentCancelled{s.amount, ""}).then_reply(m.reply_to, reply).then_passivate();
       case Phase::cancelled:
         return Effect::reply(m.reply_to, PaymentStatus{s, ctx.last_seq()});  // done already: nothing more to send
       case Phase::failed:
@@ -375,6 +443,7 @@ class Payment {
   troupe::ActorRef<GatewayMsg> gateway_;
   troupe::Duration processing_timeout_;
   std::string slice_tag_;
+  ExpiryPolicy expiry_;
   troupe::ReplyTo<PaymentStatus> client_;  // the Settle waiting for this episode's outcome
 };
 
@@ -420,6 +489,7 @@ inline pb::SettlementTimedOut to_pb(const SettlementTimedOut& e) {
 inline pb::PaymentCancelled to_pb(const PaymentCancelled& e) {
   pb::PaymentCancelled m;
   m.set_refunded(e.refunded);
+  m.set_reason(e.reason);
   return m;
 }
 inline pb::LegacyRefundStep to_pb(const LegacyRefundStep& e) {
@@ -438,7 +508,7 @@ inline SettlementSucceeded from_pb(const pb::SettlementSucceeded& m) { return {m
 inline SettlementDeclined from_pb(const pb::SettlementDeclined& m) { return {m.reason()}; }
 inline SettlementFailed from_pb(const pb::SettlementFailed& m) { return {m.reason()}; }
 inline SettlementTimedOut from_pb(const pb::SettlementTimedOut& m) { return {m.timeout_ms()}; }
-inline PaymentCancelled from_pb(const pb::PaymentCancelled& m) { return {m.refunded()}; }
+inline PaymentCancelled from_pb(const pb::PaymentCancelled& m) { return {m.refunded(), m.reason()}; }
 inline LegacyRefundStep from_pb(const pb::LegacyRefundStep& m) { return {m.what()}; }
 
 inline constexpr auto to_message = [](const auto& e) { return to_pb(e); };
@@ -494,7 +564,7 @@ inline troupe::EventCodecs<Event> payment_codecs() {
   upcast_bytes<SettlementTimedOut>(c, "SettlementTimedOut", 1,
                                    [](ByteReader& r) { return SettlementTimedOut{r.i64()}; });
   upcast_bytes<PaymentCancelled>(c, "PaymentCancelled", 1,
-                                 [](ByteReader& r) { return PaymentCancelled{r.i64()}; });
+                                 [](ByteReader& r) { return PaymentCancelled{r.i64(), ""}; });
   // The refund queue's events of the builds before the outbox.
   upcast_bytes<LegacyRefundStep>(c, "RefundQueued", 1, [](ByteReader& r) {
     return LegacyRefundStep{"queued as job " + std::to_string(r.u64())};

@@ -192,6 +192,11 @@ Result<ServiceSettings> ServiceSettings::from(const troupe::node::NodeConfig& co
   s.io_threads = static_cast<int>(*io);
   PAY_READ(slices, r.integer("read_slices", s.read_slices, 1, kMaxReadSlices));
   s.read_slices = static_cast<std::uint32_t>(*slices);
+  PAY_READ(expire, r.string("expire_after", "0"));
+  PAY_READ(after, parse_expire_after(*expire));
+  s.expire_after = *after;
+  PAY_READ(rate, r.number("expire_rate", s.expire_rate, 0.001, 1'000'000));
+  s.expire_rate = *rate;
 #undef PAY_READ
   if (auto f = r.finish(); !f.ok()) return std::move(f).error();
   return s;
@@ -311,8 +316,13 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
   auto gateway = impl->gateway;
   auto timeout = settings.processing_timeout;
   auto slices = settings.read_slices;
-  opts.factory = [gateway, timeout, slices](const std::string& id) {
-    return Payment(gateway, timeout, slice_tag(id, slices));
+  // Created payments expire through reminders beside the journal (expiry.hpp).
+  auto expiry = PaymentExpiry::open(node, settings.expire_after, settings.expire_rate);
+  if (!expiry.ok()) return std::move(expiry).error();
+  impl->expiry = std::move(*expiry);
+  auto policy = impl->expiry ? impl->expiry->policy() : std::make_shared<const ExpiryPolicy>();
+  opts.factory = [gateway, timeout, slices, policy](const std::string& id) {
+    return Payment(gateway, timeout, slice_tag(id, slices), *policy);
   };
   Impl* raw = impl.get();
   auto payments = node.serve_entities<Payment>(std::move(opts), [raw](const std::string& id, auto done) {
@@ -326,6 +336,8 @@ Result<std::unique_ptr<PaymentService>> PaymentService::start(troupe::node::Node
     });
   });
   if (!payments.ok()) return std::move(payments).error();
+  if (impl->expiry)
+    if (auto run = impl->expiry->run(*payments); !run.ok()) return std::move(run).error();
 
   troupe::KeyedLockSettings ls;
   ls.name = "customers";

@@ -53,6 +53,8 @@ struct ServiceSettings {
   std::chrono::milliseconds refund_timeout{10000};  // a refund's try without an answer fails
   int io_threads = 1;
   std::uint32_t read_slices = 4;  // the read side's slices (read_side.hpp); fixed once events are stored
+  std::chrono::milliseconds expire_after{0};  // a created, unsettled payment expires then (expiry.hpp); 0: never
+  double expire_rate = 100;                   // expiries delivered per second at most
 
   // Reads the [payment] table (absent: the defaults).
   static troupe::Result<ServiceSettings> from(const troupe::node::NodeConfig& config);

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "expiry.hpp"
 #include "read_side.hpp"
 #include "service.hpp"
 
@@ -85,6 +86,7 @@ struct PaymentService::Impl {
   std::optional<troupe::OutboxDispatcher> refunds;  // runs the refunds stored with PaymentCancelled
   std::unique_ptr<ReadSide> read_side;  // null when it cannot run here:
   std::string read_side_unavailable;    // why
+  std::unique_ptr<PaymentExpiry> expiry;  // null when payments do not expire
   std::unique_ptr<http::Server> server;
 
   std::shared_ptr<troupe::node::Counter> outcomes;
