@@ -411,7 +411,7 @@ int main(int argc, char** argv) {
   } else if (w == "rebalance") {
     troupe_bench::rebalance();
   } else if (w == "payments" || w == "payments_1node" || w == "payments_1node_pg" || w == "payments_3node" ||
-             w == "projection_lag_p99") {
+             w == "projection_lag_p99" || w == "projection_lag_3node_p99") {
     troupe_bench::payments(w);  // payments: payments_1node then payments_3node
   } else if (w == "remote_tell" || w == "remote_tell_tls") {
     troupe_bench::remote_tell(w);
