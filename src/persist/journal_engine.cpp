@@ -215,11 +215,13 @@ void JournalEngine::settle_outbox(OutboxSettlement settlement, Journal::Callback
 }
 
 template <class T, class Fn>
-void JournalEngine::read(Journal::Callback<T> done, Fn fn) {
-  reads_->submit([this, done = std::move(done), fn = std::move(fn)](JournalReader* r) mutable {
-    if (r == nullptr) return done(options_.closed_error());
-    done(fn(*r));
-  });
+void JournalEngine::read(Journal::Callback<T> done, Fn fn, bool first) {
+  reads_->submit(
+      [this, done = std::move(done), fn = std::move(fn)](JournalReader* r) mutable {
+        if (r == nullptr) return done(options_.closed_error());
+        done(fn(*r));
+      },
+      first);
 }
 
 void JournalEngine::replay(std::string id, std::uint64_t from, std::uint64_t to,
@@ -246,7 +248,9 @@ void JournalEngine::read_outbox(OutboxQuery query, Journal::Callback<OutboxView>
 void JournalEngine::query_events(EventQuery query, Journal::Callback<EventPage> done) {
   if (!options_.queries) return done(no_queries());
   if (auto v = validate_query(query); !v) return done(std::move(v).error());
-  read(std::move(done), [query = std::move(query)](JournalReader& r) { return r.query_events(query); });
+  // Ahead of the other reads: a page is short, and a projection's lag must
+  // not wait for a burst of recoveries (every new entity is one).
+  read(std::move(done), [query = std::move(query)](JournalReader& r) { return r.query_events(query); }, true);
 }
 
 void JournalEngine::recover(std::string id, Journal::Callback<Recovery> done) {

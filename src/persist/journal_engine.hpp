@@ -191,11 +191,16 @@ class ReaderPool {
   }
 
   // Runs `task` on a reader thread, or task(nullptr) here once closed.
-  void submit(Task&& task) {
+  // `first`: ahead of what waits (a short read that must not queue behind
+  // a burst of others, such as a projection's page behind recoveries).
+  void submit(Task&& task, bool first = false) {
     {
       std::lock_guard lk(mu_);
       if (!closed_) {
-        queue_.push_back(std::move(task));
+        if (first)
+          queue_.push_front(std::move(task));
+        else
+          queue_.push_back(std::move(task));
         task = nullptr;
       }
     }
@@ -310,9 +315,9 @@ class JournalEngine {
     Journal::Callback<Recovery> done;
   };
   // Runs `fn(reader)` on a reader thread and answers `done` with its
-  // result, or with closed_error once closed.
+  // result, or with closed_error once closed; `first` as ReaderPool::submit.
   template <class T, class Fn>
-  void read(Journal::Callback<T> done, Fn fn);
+  void read(Journal::Callback<T> done, Fn fn, bool first = false);
   void recover_waiting(JournalReader* r);
 
   const Options options_;

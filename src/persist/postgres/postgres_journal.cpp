@@ -336,10 +336,12 @@ Result<EventPage> PgReader::query_events(const EventQuery& q) {
   // Orderings are bigints: after the largest there is nothing in that tx.
   p.int8(static_cast<std::int64_t>(std::min(q.after.ordering, kMaxSeq)));
   p.int8(static_cast<std::int64_t>(q.limit));
-  // A short page while committed events wait behind the horizon (an older
+  // An empty page while committed events wait behind the horizon (an older
   // transaction, usually another lane's commit, is still open): ask again
   // for a while, so a query made after an append returned sees it unless
-  // some transaction stays open longer than kHorizonWait.
+  // some transaction stays open longer than kHorizonWait. A page with
+  // events returns at once: its reader comes back for the rest, and under
+  // load some transaction is nearly always open.
   const auto deadline = Clock::now() + kHorizonWait;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
@@ -347,7 +349,7 @@ Result<EventPage> PgReader::query_events(const EventQuery& q) {
     auto page = query<EventPage>(by_tag ? Sql::kQueryTag : Sql::kQueryType, p,
                                  "query " + printable(q.select.to_string()),
                                  [&](const PGresult* r) { return parse_page(r, behind); });
-    if (!page || !behind || page->events.size() >= q.limit || Clock::now() + pause > deadline) return page;
+    if (!page || !behind || !page->events.empty() || Clock::now() + pause > deadline) return page;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(16));
   }
