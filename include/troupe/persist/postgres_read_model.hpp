@@ -54,7 +54,9 @@ class PostgresTransaction {
   // Runs a query in the transaction and returns its rows (integers as
   // integers, reals as reals, everything else as text).
   Result<std::vector<SqlRow>> query(std::string_view sql, std::initializer_list<SqlParam> params = {});
-  // Rows the last exec changed.
+  // Rows the last exec changed; -1 in a projection's page, whose
+  // statements go as one pipeline and are answered when it commits (an
+  // error of one of them then fails the page).
   std::int64_t changes() const;
   // The connection, for what exec and query do not cover. Do not commit or
   // roll back on it.

@@ -73,7 +73,8 @@ class PostgresTransaction::Impl {
   // Runs `sql` with `params`; collects rows when `rows` is given.
   Result<void> run(std::string_view sql, std::initializer_list<SqlParam> params, std::vector<SqlRow>* rows) {
     if (auto c = connect(); !c) return c;
-    auto name = prepare(sql, params.size());
+    Result<std::string> name = std::string();
+    if (!pipeline_) name = prepare(sql, params.size());
     if (!name) return std::move(name).error();
     std::vector<std::string> texts;
     texts.reserve(params.size());
@@ -99,8 +100,28 @@ class PostgresTransaction::Impl {
       lengths.push_back(0);
       formats.push_back(0);
     }
-    ResultPtr r(PQexecPrepared(conn_, name->c_str(), static_cast<int>(values.size()), values.data(), lengths.data(),
-                               formats.data(), 0));
+    ResultPtr r;
+    if (pipeline_) {
+      // In a page's pipeline (begin_pipeline): sent now, answered at the
+      // end; a query first collects what was sent before it, then waits
+      // for its own rows.
+      if (rows != nullptr)
+        if (auto d = drain(); !d) return d;
+      if (PQsendQueryParams(conn_, std::string(sql).c_str(), static_cast<int>(values.size()), nullptr, values.data(),
+                            lengths.data(), formats.data(), 0) == 0)
+        return Error(ErrorCode::journal_failed, "postgres read model: cannot send '" +
+                                                    std::string(sql.substr(0, 200)) + "': " + message());
+      ++pending_;
+      changes_ = -1;  // known when the pipeline is read
+      if (rows == nullptr) return {};
+      if (auto d = flush(); !d) return d;
+      r.reset(PQgetResult(conn_));
+      --pending_;
+      while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);  // the statement's end
+    } else {
+      r.reset(PQexecPrepared(conn_, name->c_str(), static_cast<int>(values.size()), values.data(), lengths.data(),
+                             formats.data(), 0));
+    }
     const auto st = PQresultStatus(r.get());
     if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) return failure(r.get(), sql);
     const char* affected = PQcmdTuples(r.get());
@@ -143,6 +164,85 @@ class PostgresTransaction::Impl {
   }
 
   bool in_transaction() const { return tx_open_; }
+
+  // A page's statements as one pipeline (libpq pipeline mode): sent as the
+  // handler makes them, their results read once, at end_pipeline. Inside a
+  // transaction only.
+  Result<void> begin_pipeline() {
+    if (PQenterPipelineMode(conn_) == 0)
+      return Error(ErrorCode::journal_failed, "postgres read model: cannot enter pipeline mode: " + message());
+    pipeline_ = true;
+    pending_ = 0;
+    return {};
+  }
+
+  // Ends the pipeline: sends COMMIT when `body` succeeded, syncs, reads every
+  // result, and rolls back on the first failure (which it returns, or
+  // body's own).
+  Result<void> end_pipeline(Result<void> body) {
+    if (body) {
+      if (PQsendQueryParams(conn_, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 0) == 0)
+        body = Error(ErrorCode::journal_failed, "postgres read model: cannot send COMMIT: " + message());
+      else
+        ++pending_;
+    }
+    Result<void> read = sync();
+    pipeline_ = false;
+    if (PQexitPipelineMode(conn_) == 0 && read) read = Error(ErrorCode::journal_failed, "postgres read model: " + message());
+    if (body && read) {
+      tx_open_ = false;
+      return {};
+    }
+    (void)simple("ROLLBACK");
+    return body ? read : body;
+  }
+
+ private:
+  Result<void> flush() {
+    if (PQsendFlushRequest(conn_) == 0 || PQflush(conn_) != 0)
+      return Error(ErrorCode::journal_failed, "postgres read model: cannot send the pipeline: " + message());
+    return {};
+  }
+
+  // Reads the results of what was sent (each followed by its end), keeping
+  // the first failure.
+  Result<void> collect(int n) {
+    Result<void> first;
+    for (int i = 0; i < n; ++i) {
+      ResultPtr r(PQgetResult(conn_));
+      if (!r) {
+        if (first) first = Error(ErrorCode::journal_failed, "postgres read model: the pipeline broke: " + message());
+        pending_ = 0;
+        return first;
+      }
+      const auto st = PQresultStatus(r.get());
+      if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_PIPELINE_ABORTED && first)
+        first = failure(r.get(), "a statement of the page");
+      while (PGresult* extra = PQgetResult(conn_)) PQclear(extra);
+    }
+    pending_ = 0;
+    return first;
+  }
+
+  // Collects the results of what was sent so far, mid-pipeline.
+  Result<void> drain() {
+    if (pending_ == 0) return {};
+    if (auto f = flush(); !f) return f;
+    return collect(pending_);
+  }
+
+  // Ends the pipeline's statements with a sync and reads everything.
+  Result<void> sync() {
+    if (PQpipelineSync(conn_) == 0)
+      return Error(ErrorCode::journal_failed, "postgres read model: cannot sync the pipeline: " + message());
+    Result<void> r = collect(pending_);
+    ResultPtr s(PQgetResult(conn_));
+    if (r && (!s || PQresultStatus(s.get()) != PGRES_PIPELINE_SYNC))
+      r = Error(ErrorCode::journal_failed, "postgres read model: the pipeline did not end: " + message());
+    return r;
+  }
+
+ public:
   std::int64_t changes() const noexcept { return changes_; }
   PGconn* conn() const noexcept { return conn_; }
   const std::string& schema() const noexcept { return schema_; }
@@ -184,7 +284,9 @@ class PostgresTransaction::Impl {
   std::map<std::string, std::string, std::less<>> prepared_;  // sql -> statement name
   std::int64_t changes_ = 0;
   std::string state_;
-  bool tx_open_ = false;  // between BEGIN and COMMIT/ROLLBACK
+  bool tx_open_ = false;   // between BEGIN and COMMIT/ROLLBACK
+  bool pipeline_ = false;  // between begin_pipeline and end_pipeline
+  int pending_ = 0;        // statements sent in the pipeline, not yet read
 };
 
 Result<void> PostgresTransaction::exec(std::string_view sql, std::initializer_list<SqlParam> params) {
@@ -285,23 +387,31 @@ Result<void> PostgresReadModel::transact(std::string_view key, std::optional<Jou
                                          const std::function<Result<void>(PostgresTransaction&)>& body) {
   std::lock_guard lk(state_->write_mu);
   auto& w = *state_->writer;
-  return in_transaction(w, [&]() -> Result<void> {
-    // The offset moves first: its row lock holds off a second instance
-    // until this transaction ends, and then its compare fails.
-    if (from) {
-      if (auto r = w.run(kMoveOffset, {key, as_int(to.tx), as_int(to.ordering), as_int(from->tx),
-                                       as_int(from->ordering), now_ms()},
-                         nullptr);
-          !r)
-        return r;
-      if (w.changes() != 1) return moved(key, from);
-    } else if (auto r = w.run(kFirstOffset, {key, as_int(to.tx), as_int(to.ordering), now_ms()}, nullptr); !r) {
-      if (w.last_state() == kUniqueViolation) return moved(key, from);
-      return r;
-    }
+  if (auto r = w.simple("BEGIN"); !r) return r;
+  auto fail = [&](Result<void> r) {
+    if (w.in_transaction()) (void)w.simple("ROLLBACK");
+    return r;
+  };
+  // The offset moves first: its row lock holds off a second instance
+  // until this transaction ends, and then its compare fails.
+  if (from) {
+    if (auto r = w.run(kMoveOffset, {key, as_int(to.tx), as_int(to.ordering), as_int(from->tx),
+                                     as_int(from->ordering), now_ms()},
+                       nullptr);
+        !r)
+      return fail(r);
+    if (w.changes() != 1) return fail(moved(key, from));
+  } else if (auto r = w.run(kFirstOffset, {key, as_int(to.tx), as_int(to.ordering), now_ms()}, nullptr); !r) {
+    if (w.last_state() == kUniqueViolation) return fail(moved(key, from));
+    return fail(r);
+  }
+  // The page's statements go as one pipeline: one round trip for all.
+  if (auto r = w.begin_pipeline(); !r) return fail(r);
+  Result<void> r = detail::guarded_body([&] {
     PostgresTransaction tx(w);
     return body(tx);
   });
+  return w.end_pipeline(std::move(r));
 }
 
 Result<void> PostgresReadModel::transact(const std::function<Result<void>(PostgresTransaction&)>& body) {

@@ -115,6 +115,39 @@ TEST_F(PostgresProjection, two_instances_of_one_projection_never_apply_an_event_
   EXPECT_EQ(p2.status().state, ProjectionState::running);
 }
 
+// A statement the server refuses fails its page, although the page's
+// statements are pipelined and answered only at its commit.
+struct Duplicating {
+  using ReadModel = PostgresReadModel;
+  Result<void> setup(PostgresTransaction& tx) {
+    return tx.exec("CREATE TABLE IF NOT EXISTS ledger (id text NOT NULL, seq bigint NOT NULL, payload bytea, "
+                   "PRIMARY KEY (id, seq))");
+  }
+  Result<void> apply(PostgresTransaction& tx, const StreamEvent& e) {
+    const auto seq = static_cast<std::int64_t>(e.event.seq);
+    if (auto r = tx.exec("INSERT INTO ledger (id, seq) VALUES ($1, $2)", {e.persistence_id, seq}); !r) return r;
+    if (e.event.seq != 2) return {};
+    return tx.exec("INSERT INTO ledger (id, seq) VALUES ($1, $2)", {e.persistence_id, seq});  // a duplicate key
+  }
+};
+
+TEST_F(PostgresProjection, a_statement_the_server_refuses_fails_its_page_and_leaves_nothing_of_it) {
+  append("acct|a", 1, 3);
+  auto s = settings();
+  s.max_attempts = 2;
+  s.min_backoff = 10ms;
+  auto p = Projection<Duplicating>::start(system, journal, model, s).value();
+  ASSERT_TRUE(p.wait_until([](auto& st) { return st.retries >= 1; }, 20s));
+  advance(10ms);
+  ASSERT_TRUE(p.wait_until([](auto& st) { return st.state == ProjectionState::failed; }, 20s));
+  auto st = p.status();
+  ASSERT_TRUE(st.failure.has_value());
+  EXPECT_NE(st.failure->error.message().find("23505"), std::string::npos) << st.failure->error.message();
+  EXPECT_EQ(rows(), 0) << "a page with a refused statement left rows behind";
+  EXPECT_FALSE(model->load_offset("pg_ledger/type:acct").value().has_value());
+  EXPECT_TRUE(model->query("SELECT 1").ok());
+}
+
 TEST_F(PostgresProjection, bad_options_are_invalid_arguments_and_a_bad_server_is_journal_failed) {
   EXPECT_EQ(PostgresReadModel::open({"", "s"}).error().code(), troupe::ErrorCode::invalid_argument);
   EXPECT_EQ(PostgresReadModel::open({troupe::test::shared_postgres_conninfo(), ""}).error().code(),
