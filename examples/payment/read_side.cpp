@@ -227,9 +227,10 @@ Result<troupe::node::RunningSlice> start_slice(troupe::ActorSystem& system, cons
   s.name = std::move(name);
   s.source = troupe::EventSelector::with_tag(std::move(tag));
   s.poll_interval = std::chrono::milliseconds(500);
-  // A read model in the journal's SQLite file shares its write lock: a few
-  // ms of commits per page keeps the projections' transactions few.
-  s.linger = std::chrono::milliseconds(5);
+  // A few ms of commits per page keep the projections' transactions few: a
+  // read model in the journal's SQLite file shares its write lock, one in
+  // PostgreSQL pays a round trip or two per page.
+  s.linger = std::chrono::milliseconds(10);
   auto p = troupe::Projection<H<Model>>::start(system, journal, model, std::move(s));
   if (!p) return std::move(p).error();
   return troupe::node::RunningSlice::of(*p);

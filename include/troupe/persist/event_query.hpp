@@ -33,6 +33,7 @@
 // journal thread. Readers that may miss a hint (another process on SQLite)
 // poll as well; Projection (projection.hpp) does both.
 
+#include <chrono>
 #include <compare>
 #include <cstdint>
 #include <functional>
@@ -77,6 +78,12 @@ struct EventQuery {
   EventSelector select;
   JournalOffset after{};     // events strictly after this offset
   std::size_t limit = 1000;  // 1 to max_query_limit
+  // PostgreSQL: when the page would be empty while committed events wait
+  // behind an older open transaction (anywhere on the server), ask again
+  // for up to this long, so a query made right after an append sees it.
+  // Zero answers at once: for readers told of appends, which ask again
+  // anyway (a projection), and which must not hold a reader meanwhile.
+  std::chrono::milliseconds hidden_wait{2000};
 };
 
 inline constexpr std::size_t max_tag_length = 128;

@@ -15,6 +15,12 @@
 // Statements name their tables as they are; the connection's search_path
 // starts with the schema, so unqualified names are the schema's.
 //
+// A projection's page commits without waiting for its WAL flush
+// (synchronous_commit off for that transaction): a crash of the server may
+// lose the last pages, and their offset with them, so they are applied
+// again. Exactly once holds; the read model is rebuilt from the journal,
+// whose own commits stay durable.
+//
 // Ownership: open() returns a shared handle; the projections that write
 // into it and the code that reads it share it. Thread safety: every member
 // is thread-safe. Writes (transact) are serialised on one connection, reads

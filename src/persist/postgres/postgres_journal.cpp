@@ -30,9 +30,6 @@ namespace {
 Error closed_error() { return Error(ErrorCode::journal_failed, "postgres journal is closed"); }
 // Recoveries a reader sends in one round trip at most.
 constexpr std::size_t kRecoverBatch = 256;
-// How long a query waits for committed events held behind the visibility
-// horizon by an older open transaction (doc/journal.md "Global order").
-constexpr auto kHorizonWait = std::chrono::seconds(2);
 }  // namespace
 
 // One read connection; used by one reader thread at a time. What it learns
@@ -339,10 +336,10 @@ Result<EventPage> PgReader::query_events(const EventQuery& q) {
   // An empty page while committed events wait behind the horizon (an older
   // transaction, usually another lane's commit, is still open): ask again
   // for a while, so a query made after an append returned sees it unless
-  // some transaction stays open longer than kHorizonWait. A page with
+  // some transaction stays open longer than the query's hidden_wait. A page with
   // events returns at once: its reader comes back for the rest, and under
   // load some transaction is nearly always open.
-  const auto deadline = Clock::now() + kHorizonWait;
+  const auto deadline = Clock::now() + q.hidden_wait;
   auto pause = std::chrono::milliseconds(1);
   for (;;) {
     bool behind = false;

@@ -228,7 +228,9 @@ class ProjectionActor final : public Actor<ProjMsg> {
     again_ = false;
     auto self = this->self();
     const auto& st = core_->settings;
-    core_->journal->query_events(EventQuery{st.source, offset_.value_or(JournalOffset{}), st.batch},
+    // No waiting for hidden events: the hints and the poll bring it back.
+    core_->journal->query_events(EventQuery{st.source, offset_.value_or(JournalOffset{}), st.batch,
+                                            std::chrono::milliseconds(0)},
                                  [self](Result<EventPage> p) { (void)self.tell(ProjPage{std::move(p)}); });
   }
 
