@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "../crash_writer.hpp"
 #include "../journal_test_support.hpp"
 #include "sqlite_support.hpp"
 #include "troupe/persist/sqlite_journal.hpp"
@@ -780,12 +781,7 @@ TEST_F(SqliteCorruption, a_garbled_row_in_a_query_is_corrupt_record_naming_the_i
 
 #ifdef TROUPE_CRASH_WRITER
 
-// Must match journal_crash_writer_main.cpp.
-std::string crash_payload(const std::string& id, std::uint64_t seq) {
-  std::string p = id + "#" + std::to_string(seq) + ":";
-  while (p.size() < 64) p += static_cast<char>('a' + (p.size() + seq) % 26);
-  return p;
-}
+using troupe::test::crash_payload;  // what journal_crash_writer writes
 
 // Runs the writer on `path` until it has acknowledged at least `min_acks`
 // events and `min_time` has passed, SIGKILLs it, and returns every
