@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -95,8 +97,9 @@ Result<void> lock_setup(typename Model::Transaction& tx) {
   return {};
 }
 
-// payments_by_customer: one row per payment, upserted by each event, so a
-// payment whose first events are in no slice (stored before tags) still
+// payments_by_customer: one row per payment. A page's events are folded
+// per payment first (one upsert each, whatever its events in the page), so
+// a payment whose first events are in no slice (stored before tags) still
 // gets a row from its later ones.
 template <class Model>
 struct ByCustomer {
@@ -115,43 +118,92 @@ struct ByCustomer {
         "payment_id)");
   }
 
-  Result<void> apply(typename Model::Transaction& tx, const StreamEvent& e) {
-    auto ev = decode(codecs, e);
-    if (!ev) return std::move(ev).error();
-    const std::string id = payment_id_of(e.persistence_id);
-    const std::int64_t at = e.event.timestamp_ms;
-    // (customer, order, amount) from an event that carries them; the
-    // customer only replaces the stored one when it is not empty.
-    auto order = [&](const std::string& customer, const std::string& order_id, std::int64_t amount, Phase p) {
-      return tx.exec(
-          sql<Model>("INSERT INTO payments_by_customer VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?6) ON CONFLICT (payment_id) "
+  // What a page's events do to one payment's row, in their order: the
+  // last (customer, order, amount) an event carried (the customer only when
+  // not empty), the last status, the refund of the last status event.
+  struct Row {
+    std::size_t last = 0;  // its last event's index in the page
+    std::string customer, order_id;
+    bool has_order = false, has_refunded = false;
+    std::int64_t amount = 0, refunded = 0, created_ms = 0, updated_ms = 0;
+    Phase status = Phase::waiting_for_request;
+  };
+
+  Result<void> apply(typename Model::Transaction& tx, std::span<const StreamEvent> page, std::size_t& failed_at) {
+    std::vector<Row> rows;
+    std::map<std::string, std::size_t> index;  // payment id -> rows
+    std::vector<const std::string*> ids;       // rows' ids
+    for (std::size_t i = 0; i < page.size(); ++i) {
+      auto ev = decode(codecs, page[i]);
+      if (!ev) {
+        failed_at = i;
+        return std::move(ev).error();
+      }
+      const std::int64_t at = page[i].event.timestamp_ms;
+      auto row = [&]() -> Row& {
+        auto [it, fresh] = index.try_emplace(payment_id_of(page[i].persistence_id), rows.size());
+        if (fresh) {
+          rows.emplace_back().created_ms = at;
+          ids.push_back(&it->first);
+        }
+        Row& r = rows[it->second];
+        r.last = i;
+        r.updated_ms = at;
+        return r;
+      };
+      auto order = [&](const std::string& customer, const std::string& order_id, std::int64_t amount, Phase p) {
+        Row& r = row();
+        if (!customer.empty()) r.customer = customer;
+        r.has_order = true;
+        r.order_id = order_id;
+        r.amount = amount;
+        r.status = p;
+      };
+      auto status = [&](Phase p, std::int64_t refunded) {
+        Row& r = row();
+        r.status = p;
+        r.has_refunded = true;
+        r.refunded = refunded;
+      };
+      troupe::match(
+          *ev, [&](const PaymentCreated& x) { order(x.customer, x.order_id, x.amount, Phase::waiting_for_request); },
+          [&](const SettlementAccepted& x) { order(x.customer, x.order_id, x.amount, Phase::settling); },
+          [&](const SettlementSucceeded&) { status(Phase::completed, 0); },
+          [&](const SettlementDeclined&) { status(Phase::failed, 0); },
+          [&](const SettlementFailed&) { status(Phase::failed, 0); },
+          [&](const SettlementTimedOut&) { status(Phase::failed, 0); },
+          [&](const PaymentCancelled& x) { status(Phase::cancelled, x.refunded); },
+          [&](const LegacyRefundStep&) {});
+    }
+    // A new row takes what the page gave (the rest empty or 0); a stored
+    // one keeps what the page did not give.
+    for (std::size_t k = 0; k < rows.size(); ++k) {
+      const Row& r = rows[k];
+      auto done = tx.exec(
+          sql<Model>("INSERT INTO payments_by_customer VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (payment_id) "
                      "DO UPDATE SET customer = CASE WHEN excluded.customer <> '' THEN excluded.customer "
-                     "ELSE payments_by_customer.customer END, order_id = excluded.order_id, amount = excluded.amount, "
-                     "status = excluded.status, updated_ms = excluded.updated_ms"),
-          {id, customer, order_id, amount, to_string(p), at});
-    };
-    auto status = [&](Phase p, std::int64_t refunded) {
-      return tx.exec(
-          sql<Model>("INSERT INTO payments_by_customer VALUES (?1, '', '', 0, ?2, ?3, ?4, ?4) ON CONFLICT (payment_id) "
-                     "DO UPDATE SET status = excluded.status, refunded = excluded.refunded, "
+                     "ELSE payments_by_customer.customer END, "
+                     "order_id = CASE WHEN ?9 = 1 THEN excluded.order_id ELSE payments_by_customer.order_id END, "
+                     "amount = CASE WHEN ?9 = 1 THEN excluded.amount ELSE payments_by_customer.amount END, "
+                     "status = excluded.status, "
+                     "refunded = CASE WHEN ?10 = 1 THEN excluded.refunded ELSE payments_by_customer.refunded END, "
                      "updated_ms = excluded.updated_ms"),
-          {id, to_string(p), refunded, at});
-    };
-    return troupe::match(
-        *ev, [&](const PaymentCreated& x) { return order(x.customer, x.order_id, x.amount, Phase::waiting_for_request); },
-        [&](const SettlementAccepted& x) { return order(x.customer, x.order_id, x.amount, Phase::settling); },
-        [&](const SettlementSucceeded&) { return status(Phase::completed, 0); },
-        [&](const SettlementDeclined&) { return status(Phase::failed, 0); },
-        [&](const SettlementFailed&) { return status(Phase::failed, 0); },
-        [&](const SettlementTimedOut&) { return status(Phase::failed, 0); },
-        [&](const PaymentCancelled& x) { return status(Phase::cancelled, x.refunded); },
-        [&](const LegacyRefundStep&) { return Result<void>{}; });
+          {*ids[k], r.customer, r.order_id, r.amount, to_string(r.status), r.refunded, r.created_ms, r.updated_ms,
+           std::int64_t{r.has_order ? 1 : 0}, std::int64_t{r.has_refunded ? 1 : 0}});
+      if (!done) {
+        failed_at = r.last;
+        return done;
+      }
+    }
+    return {};
   }
 };
 
 // daily_totals: per UTC day of the event, payments settled and refunds
 // stored. The amount of a payment being settled waits in
-// daily_totals_open (its last Created or Accepted) until its outcome.
+// daily_totals_open (its last Created or Accepted) until its outcome. A
+// page is folded first: one write per payment (its open amount, or its
+// removal) and one upsert per day.
 template <class Model>
 struct DailyTotals {
   using ReadModel = Model;
@@ -167,46 +219,167 @@ struct DailyTotals {
         "CREATE TABLE IF NOT EXISTS daily_totals_open (payment_id TEXT PRIMARY KEY, amount BIGINT NOT NULL)");
   }
 
-  Result<void> apply(typename Model::Transaction& tx, const StreamEvent& e) {
-    auto ev = decode(codecs, e);
-    if (!ev) return std::move(ev).error();
-    const std::string id = payment_id_of(e.persistence_id);
-    const std::string day = utc_day(e.event.timestamp_ms);
-    auto open = [&](std::int64_t amount) {
-      return tx.exec(sql<Model>("INSERT INTO daily_totals_open VALUES (?1, ?2) ON CONFLICT (payment_id) DO UPDATE "
-                                "SET amount = excluded.amount"),
-                     {id, amount});
-    };
-    auto close = [&] { return tx.exec(sql<Model>("DELETE FROM daily_totals_open WHERE payment_id = ?1"), {id}); };
-    auto add = [&](std::int64_t settled, std::int64_t settled_amount, std::int64_t refunds, std::int64_t refunded) {
-      return tx.exec(
+  // One payment's open amount as the page leaves it.
+  struct Open {
+    enum class State : std::uint8_t { untouched, open, closed } state = State::untouched;
+    std::int64_t amount = 0;
+    std::optional<std::int64_t> stored;  // read from daily_totals_open when needed
+    std::size_t last = 0;                // its last event's index in the page
+  };
+  struct Day {
+    std::int64_t settled = 0, settled_amount = 0, refunds = 0, refunded = 0;
+    std::size_t last = 0;
+  };
+
+  Result<void> apply(typename Model::Transaction& tx, std::span<const StreamEvent> page, std::size_t& failed_at) {
+    std::vector<Event> events;
+    events.reserve(page.size());
+    std::map<std::string, Open> open;
+    // Decoded, and the payments whose first use of the open amount in the
+    // page is a settlement read it from the table (once, together).
+    std::vector<std::string> lookups;
+    for (std::size_t i = 0; i < page.size(); ++i) {
+      auto ev = decode(codecs, page[i]);
+      if (!ev) {
+        failed_at = i;
+        return std::move(ev).error();
+      }
+      events.push_back(std::move(*ev));
+      if (std::holds_alternative<LegacyRefundStep>(events.back())) continue;
+      auto [it, fresh] = open.try_emplace(payment_id_of(page[i].persistence_id));
+      if (fresh && std::holds_alternative<SettlementSucceeded>(events.back())) lookups.push_back(it->first);
+    }
+    if (auto r = read_open(tx, lookups, open); !r) return r;
+    std::map<std::string, Day> days;
+    for (std::size_t i = 0; i < page.size(); ++i) {
+      if (std::holds_alternative<LegacyRefundStep>(events[i])) continue;
+      const std::string id = payment_id_of(page[i].persistence_id);
+      Open& o = open[id];
+      o.last = i;
+      auto day = [&]() -> Day& {
+        Day& d = days[utc_day(page[i].event.timestamp_ms)];
+        d.last = i;
+        return d;
+      };
+      auto set_open = [&](std::int64_t amount) {
+        o.state = Open::State::open;
+        o.amount = amount;
+      };
+      auto close = [&] { o.state = Open::State::closed; };
+      Result<void> r = troupe::match(
+          events[i],
+          [&](const PaymentCreated& x) -> Result<void> {
+            set_open(x.amount);
+            return {};
+          },
+          [&](const SettlementAccepted& x) -> Result<void> {
+            set_open(x.amount);
+            return {};
+          },
+          [&](const SettlementSucceeded&) -> Result<void> {
+            const std::optional<std::int64_t> amount = o.state == Open::State::open       ? std::optional(o.amount)
+                                                       : o.state == Open::State::untouched ? o.stored
+                                                                                           : std::nullopt;
+            // Loud, never a guess: the projection stops on this event.
+            if (!amount)
+              return Error(ErrorCode::corrupt_record, "payment '" + id +
+                                                          "' settled without an earlier SettlementAccepted in its slice");
+            Day& d = day();
+            ++d.settled;
+            d.settled_amount += *amount;
+            close();
+            return {};
+          },
+          [&](const SettlementDeclined&) -> Result<void> {
+            close();
+            return {};
+          },
+          [&](const SettlementFailed&) -> Result<void> {
+            close();
+            return {};
+          },
+          [&](const SettlementTimedOut&) -> Result<void> {
+            close();
+            return {};
+          },
+          [&](const PaymentCancelled& x) -> Result<void> {
+            close();
+            if (x.refunded > 0) {
+              Day& d = day();
+              ++d.refunds;
+              d.refunded += x.refunded;
+            }
+            return {};
+          },
+          [&](const LegacyRefundStep&) -> Result<void> { return {}; });
+      if (!r) {
+        failed_at = i;
+        return r;
+      }
+    }
+    for (const auto& [id, o] : open) {
+      Result<void> r;
+      if (o.state == Open::State::open)
+        r = tx.exec(sql<Model>("INSERT INTO daily_totals_open VALUES (?1, ?2) ON CONFLICT (payment_id) DO UPDATE "
+                               "SET amount = excluded.amount"),
+                    {id, o.amount});
+      else if (o.state == Open::State::closed)
+        r = tx.exec(sql<Model>("DELETE FROM daily_totals_open WHERE payment_id = ?1"), {id});
+      if (!r) {
+        failed_at = o.last;
+        return r;
+      }
+    }
+    // Last, and in the days' order: the day's row is the one slices share,
+    // so it is locked for the least time and always in the same order.
+    for (const auto& [when, d] : days) {
+      auto r = tx.exec(
           sql<Model>("INSERT INTO daily_totals VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (day) DO UPDATE SET "
                      "settled_count = daily_totals.settled_count + excluded.settled_count, "
                      "settled_amount = daily_totals.settled_amount + excluded.settled_amount, "
                      "refunded_count = daily_totals.refunded_count + excluded.refunded_count, "
                      "refunded_amount = daily_totals.refunded_amount + excluded.refunded_amount"),
-          {day, settled, settled_amount, refunds, refunded});
-    };
-    return troupe::match(
-        *ev, [&](const PaymentCreated& x) { return open(x.amount); },
-        [&](const SettlementAccepted& x) { return open(x.amount); },
-        [&](const SettlementSucceeded&) -> Result<void> {
-          auto rows = tx.query(sql<Model>("SELECT amount FROM daily_totals_open WHERE payment_id = ?1"), {id});
-          if (!rows) return std::move(rows).error();
-          // Loud, never a guess: the projection stops on this event.
-          if (rows->empty())
-            return Error(ErrorCode::corrupt_record, "payment '" + id +
-                                                        "' settled without an earlier SettlementAccepted in its slice");
-          if (auto r = add(1, int_cell((*rows)[0][0]), 0, 0); !r) return r;
-          return close();
-        },
-        [&](const SettlementDeclined&) { return close(); }, [&](const SettlementFailed&) { return close(); },
-        [&](const SettlementTimedOut&) { return close(); },
-        [&](const PaymentCancelled& x) -> Result<void> {
-          if (auto r = close(); !r) return r;
-          return x.refunded > 0 ? add(0, 0, 1, x.refunded) : Result<void>{};
-        },
-        [&](const LegacyRefundStep&) { return Result<void>{}; });
+          {when, d.settled, d.settled_amount, d.refunds, d.refunded});
+      if (!r) {
+        failed_at = d.last;
+        return r;
+      }
+    }
+    return {};
+  }
+
+ private:
+  // The stored open amounts of `ids` into `open`: one query on PostgreSQL
+  // (the ids hex-encoded, so any id passes), one indexed read each on
+  // SQLite (in-process: no round trip to save).
+  static Result<void> read_open(typename Model::Transaction& tx, const std::vector<std::string>& ids,
+                                std::map<std::string, Open>& open) {
+    if (ids.empty()) return {};
+    if constexpr (std::is_same_v<Model, PostgresReadModel>) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      std::string list;
+      for (const std::string& id : ids) {
+        if (!list.empty()) list += ',';
+        for (unsigned char c : id) {
+          list += kHex[c >> 4];
+          list += kHex[c & 15];
+        }
+      }
+      auto rows = tx.query(
+          "SELECT payment_id, amount FROM daily_totals_open WHERE payment_id IN (SELECT convert_from(decode(h, 'hex'), "
+          "'UTF8') FROM unnest(string_to_array($1::text, ',')) AS h)",
+          {list});
+      if (!rows) return std::move(rows).error();
+      for (const auto& row : *rows)
+        if (row.size() == 2) open[text_cell(row[0])].stored = int_cell(row[1]);
+    } else {
+      for (const std::string& id : ids) {
+        auto rows = tx.query("SELECT amount FROM daily_totals_open WHERE payment_id = ?1", {id});
+        if (!rows) return std::move(rows).error();
+        if (!rows->empty()) open[id].stored = int_cell((*rows)[0][0]);
+      }
+    }
+    return {};
   }
 };
 

@@ -11,6 +11,15 @@
 //   auto p = troupe::Projection<ByCustomer>::start(system, journal, model,
 //       {.name = "payments_by_customer", .source = troupe::EventSelector::of_type("payment")}).value();
 //
+// A handler may take a whole page instead of one event at a time, to fold
+// it before writing (one row per entity, one statement per aggregate):
+//
+//     troupe::Result<void> apply(Tx& tx, std::span<const troupe::StreamEvent> page, std::size_t& failed_at);
+//
+// On a failure it sets `failed_at` to the index of the event it failed on
+// (it is 0 when called), which the status names as the failure's
+// coordinates. The page is applied in one transaction either way.
+//
 // Exactly once. Each page of events (up to `batch`) is applied in one
 // transaction of the read model that also moves the projection's stored
 // offset from the one it read to the page's last (read_model.hpp): either
@@ -35,8 +44,10 @@
 // actor of `system` (its timers follow the system's clock) with one thread
 // of its own for the read model's transactions (which may block). It stops
 // with the system or on stop(). Thread safety: every member is thread-safe.
-// The handler is called on the projection's thread only, one event at a
-// time, in the stream's order.
+// The handler is called by one thread at a time, in the stream's order:
+// the projection's own, or, where a read model applies the pages of the
+// projections sharing it together (SqliteReadModel), the thread of one of
+// them while the others wait. It must not rely on thread-local state.
 
 #include <array>
 #include <chrono>
@@ -153,6 +164,12 @@ concept HasSetup = requires(H& h, Tx& tx) {
   { h.setup(tx) } -> std::same_as<Result<void>>;
 };
 
+// A handler that applies a whole page (see the top of this file).
+template <class H, class Tx>
+concept AppliesPages = requires(H& h, Tx& tx, std::span<const StreamEvent> page, std::size_t& failed_at) {
+  { h.apply(tx, page, failed_at) } -> std::same_as<Result<void>>;
+};
+
 // A handler over a read model that keeps the offset in its transactions.
 template <class Handler>
 class ReadModelTarget final : public ProjectionTarget {
@@ -169,12 +186,19 @@ class ReadModelTarget final : public ProjectionTarget {
   Result<void> apply(const std::string& key, std::optional<JournalOffset> from, JournalOffset to,
                      std::span<const StreamEvent> events, std::size_t& failed_at) override {
     return model_->transact(key, from, to, [&](Tx& tx) -> Result<void> {
-      for (std::size_t i = 0; i < events.size(); ++i) {
-        failed_at = i;
-        if (auto r = handler_.apply(tx, events[i]); !r) return r;
+      if constexpr (AppliesPages<Handler, Tx>) {
+        failed_at = 0;
+        auto r = handler_.apply(tx, events, failed_at);
+        if (r) failed_at = events.size();
+        return r;
+      } else {
+        for (std::size_t i = 0; i < events.size(); ++i) {
+          failed_at = i;
+          if (auto r = handler_.apply(tx, events[i]); !r) return r;
+        }
+        failed_at = events.size();
+        return {};
       }
-      failed_at = events.size();
-      return {};
     });
   }
 

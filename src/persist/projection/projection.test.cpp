@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,29 @@ struct Ledger {
     }
     return tx.exec("INSERT INTO ledger (id, seq, payload) VALUES (?1, ?2, ?3)",
                    {e.persistence_id, static_cast<std::int64_t>(e.event.seq), e.event.payload});
+  }
+};
+
+// The same ledger, written a page at a time: one multi-row statement per
+// page. Pages holding fail_payload fail at that event.
+struct PageLedger {
+  using ReadModel = SqliteReadModel;
+  std::string fail_payload{};
+  std::shared_ptr<std::vector<std::size_t>> sizes = std::make_shared<std::vector<std::size_t>>();
+
+  Result<void> setup(SqliteTransaction& tx) { return Ledger{}.setup(tx); }
+  Result<void> apply(SqliteTransaction& tx, std::span<const StreamEvent> page, std::size_t& failed_at) {
+    sizes->push_back(page.size());
+    for (std::size_t i = 0; i < page.size(); ++i)
+      if (page[i].event.payload == fail_payload) {
+        failed_at = i;
+        return troupe::Error(troupe::ErrorCode::invalid_argument, "cannot take " + fail_payload);
+      }
+    std::string values;
+    for (const StreamEvent& e : page)
+      values += std::string(values.empty() ? "" : ", ") + "('" + e.persistence_id + "', " +
+                std::to_string(e.event.seq) + ", '" + e.event.payload + "')";
+    return tx.exec("INSERT INTO ledger (id, seq, payload) VALUES " + values);
   }
 };
 
@@ -165,6 +189,31 @@ TEST_F(ProjectionTest, a_handler_that_keeps_failing_stops_the_projection_at_the_
   p.restart();
   ASSERT_TRUE(p.wait_until([](auto& x) { return applied(x, 7); }, 10s));
   EXPECT_EQ(rows(), 7);
+}
+
+TEST_F(ProjectionTest, a_page_handler_gets_whole_pages_and_a_failure_names_the_event_it_gives) {
+  append("acct|a", 1, 4);
+  append("acct|b", 1, 3);
+  PageLedger h;
+  auto s = settings();
+  s.max_attempts = 1;
+  {
+    h.fail_payload = "event 3";  // a#3, in the first page
+    auto p = Projection<PageLedger>::start(system, journal, model, s, h).value();
+    ASSERT_TRUE(p.wait_until([](auto& st) { return st.state == ProjectionState::failed; }, 10s));
+    auto st = p.status();
+    ASSERT_TRUE(st.failure.has_value());
+    EXPECT_EQ(st.failure->persistence_id, "acct|a");
+    EXPECT_EQ(st.failure->seq, 3u);
+    EXPECT_EQ(rows(), 0);
+    p.stop();
+  }
+  h.fail_payload.clear();
+  h.sizes->clear();
+  auto p = Projection<PageLedger>::start(system, journal, model, s, h).value();
+  ASSERT_TRUE(p.wait_until([](auto& st) { return applied(st, 7); }, 10s));
+  EXPECT_EQ(rows(), 7);
+  EXPECT_EQ(*h.sizes, (std::vector<std::size_t>{4, 3})) << "pages of batch (4) events, each handed over whole";
 }
 
 // proves: R1
