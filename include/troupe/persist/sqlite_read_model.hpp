@@ -19,6 +19,16 @@
 // into it and the code that reads it share it. Thread safety: every member
 // is thread-safe. Writes (transact) are serialised on one connection; reads
 // (query) use a second connection and see the last committed transaction.
+//
+// Group commit. The pages that projections sharing one model hand to
+// transact while another page is being applied wait, and then go together
+// in one transaction, a savepoint each: one wait for SQLite's write lock
+// (shared with the journal's commits when the model is in its file) for
+// all of them. A page that fails (its handler, or its offset moved) undoes
+// its own savepoint only; a failure that ends the transaction (or its
+// commit failing) fails every page of the group, which their projections
+// then try again. The pages' handlers run on the thread of the projection
+// that applies the group.
 
 #include <cstdint>
 #include <functional>

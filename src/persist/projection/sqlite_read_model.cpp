@@ -6,10 +6,12 @@
 
 #include <sqlite3.h>
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "../sqlite/sqlite_support.hpp"
 #include "guarded_body.hpp"
@@ -168,6 +170,15 @@ struct SqliteReadModel::State {
   Connection writer_conn;
   Connection reader_conn;
   std::mutex write_mu;  // one transaction at a time on the writing connection
+  std::shared_ptr<sqlite::WriteTurns> turns;  // with the journal's writer, when in its file
+  // Pages waiting to be applied (transact): whoever finds no page being
+  // applied applies every waiting one, its own included, in one
+  // transaction (group_mu guards the queue and `applying`).
+  struct Page;
+  std::mutex group_mu;
+  std::condition_variable group_done;
+  std::vector<Page*> waiting;
+  bool applying = false;
   std::mutex read_mu;
   std::unique_ptr<SqliteTransaction::Impl> writer;
   std::unique_ptr<SqliteTransaction::Impl> reader;
@@ -191,12 +202,19 @@ Result<std::shared_ptr<SqliteReadModel>> SqliteReadModel::open(SqliteReadModelOp
   st->options = std::move(options);
   const auto& o = st->options;
   if (auto r = open_connection(st->writer_conn, o, true); !r) return std::move(r).error();
+  st->turns = sqlite::write_turns(o.path);
   sqlite3* db = st->writer_conn.get();
   if (auto r = sqlite::exec(db, o.path, "PRAGMA journal_mode = WAL", "switch to WAL mode"); !r)
     return std::move(r).error();
   if (auto r = sqlite::exec(db, o.path, o.synchronous_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
                             "set synchronous");
       !r)
+    return std::move(r).error();
+  // As the journal's connection: with SQLite's default (1,000 pages), a
+  // model in a busy journal's file would find the WAL past the mark at
+  // nearly every commit and copy it back itself, at the page's cost
+  // (measured: a page's apply 40 ms instead of 18 ms under the payments load).
+  if (auto r = sqlite::exec(db, o.path, "PRAGMA wal_autocheckpoint = 8192", "set wal_autocheckpoint"); !r)
     return std::move(r).error();
   if (auto r = sqlite::exec(db, o.path, kCreateOffsets, "create the offsets table"); !r) return std::move(r).error();
   if (auto r = open_connection(st->reader_conn, o, false); !r) return std::move(r).error();
@@ -234,28 +252,94 @@ Result<void> in_transaction(SqliteTransaction::Impl& w, const std::function<Resu
 
 }  // namespace
 
-Result<void> SqliteReadModel::transact(std::string_view key, std::optional<JournalOffset> from, JournalOffset to,
-                                       const std::function<Result<void>(SqliteTransaction&)>& body) {
-  std::lock_guard lk(state_->write_mu);
-  auto& w = *state_->writer;
-  return in_transaction(w, [&]() -> Result<void> {
-    auto read = w.offset(key);
+// A page handed to transact, waiting to be applied.
+struct SqliteReadModel::State::Page {
+  std::string_view key;
+  std::optional<JournalOffset> from;
+  JournalOffset to;
+  const std::function<Result<void>(SqliteTransaction&)>* body = nullptr;
+  Result<void> result;
+  bool done = false;
+};
+
+namespace {
+
+// One page in its own savepoint of the group's transaction: the offset's
+// compare-and-move and the handler's statements; a failure undoes this
+// page only.
+Result<void> apply_page(SqliteTransaction::Impl& w, const SqliteReadModel::State::Page& p) {
+  if (auto r = w.run("SAVEPOINT page", {}, nullptr); !r) return r;
+  Result<void> r = detail::guarded_body([&]() -> Result<void> {
+    auto read = w.offset(p.key);
     if (!read) return std::move(read).error();
     const std::optional<JournalOffset> stored = *read;
-    if (stored != from)
+    if (stored != p.from)
       return Error(ErrorCode::journal_conflict,
-                   "projection " + quoted(key) + ": its stored offset is " +
+                   "projection " + quoted(p.key) + ": its stored offset is " +
                        (stored ? stored->to_string() : std::string("none")) + ", not " +
-                       (from ? from->to_string() : std::string("none")) + " (another instance moved it)");
+                       (p.from ? p.from->to_string() : std::string("none")) + " (another instance moved it)");
     SqliteTransaction tx(w);
-    if (auto r = body(tx); !r) return r;
-    return w.run(kUpsertOffset, {key, as_int(to.tx), as_int(to.ordering), now_ms()}, nullptr);
+    if (auto b = (*p.body)(tx); !b) return b;
+    return w.run(kUpsertOffset, {p.key, as_int(p.to.tx), as_int(p.to.ordering), now_ms()}, nullptr);
   });
+  if (!r && !sqlite3_get_autocommit(w.db())) (void)w.run("ROLLBACK TO page", {}, nullptr);
+  if (!sqlite3_get_autocommit(w.db())) (void)w.run("RELEASE page", {}, nullptr);
+  return r;
+}
+
+}  // namespace
+
+// Group commit: the pages of the projections sharing this model that wait
+// together (they share the writing connection, and the file's write lock
+// with the journal when it is the journal's file) go in one transaction, a
+// savepoint each. One wait for the lock instead of one per page.
+Result<void> SqliteReadModel::transact(std::string_view key, std::optional<JournalOffset> from, JournalOffset to,
+                                       const std::function<Result<void>(SqliteTransaction&)>& body) {
+  auto& st = *state_;
+  State::Page me{key, from, to, &body, {}, false};
+  std::unique_lock q(st.group_mu);
+  st.waiting.push_back(&me);
+  while (!me.done) {
+    if (st.applying) {
+      st.group_done.wait(q);
+      continue;
+    }
+    st.applying = true;
+    std::vector<State::Page*> group;
+    group.swap(st.waiting);
+    q.unlock();
+    {
+      std::lock_guard lk(st.write_mu);
+      auto& w = *st.writer;
+      sqlite::WriteTurns::Turn turn(st.turns.get());
+      Result<void> tx = w.run("BEGIN IMMEDIATE", {}, nullptr);
+      std::size_t applied = 0;
+      for (State::Page* p : group) {
+        if (!tx) break;
+        p->result = apply_page(w, *p);
+        applied += p->result ? 1 : 0;
+        // A failure that ended the transaction (SQLite rolls back on some
+        // I/O errors) fails every page of the group.
+        if (!p->result && sqlite3_get_autocommit(w.db())) tx = p->result;
+      }
+      if (tx && applied > 0) tx = w.run("COMMIT", {}, nullptr);
+      if (!sqlite3_get_autocommit(w.db())) (void)w.run(tx && applied == 0 ? "COMMIT" : "ROLLBACK", {}, nullptr);
+      if (!tx)
+        for (State::Page* p : group)
+          if (p->result) p->result = tx;
+    }
+    q.lock();
+    for (State::Page* p : group) p->done = true;
+    st.applying = false;
+    st.group_done.notify_all();
+  }
+  return std::move(me.result);
 }
 
 Result<void> SqliteReadModel::transact(const std::function<Result<void>(SqliteTransaction&)>& body) {
   std::lock_guard lk(state_->write_mu);
   auto& w = *state_->writer;
+  sqlite::WriteTurns::Turn turn(state_->turns.get());
   return in_transaction(w, [&]() -> Result<void> {
     SqliteTransaction tx(w);
     return body(tx);

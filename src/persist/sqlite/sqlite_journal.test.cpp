@@ -886,3 +886,36 @@ TEST_F(SqliteJournalTest, e7_every_acknowledged_event_survives_a_sigkill_and_no_
 #endif  // TROUPE_CRASH_WRITER
 
 }  // namespace
+
+// The turns of one file's writers in this process: one object per file
+// however it is named, one holder at a time, served in the order asked.
+TEST(SqliteWriteTurns, one_file_has_one_set_of_turns_taken_in_the_order_asked) {
+  TempDir dir;
+  const std::string path = dir.file("turns.db");
+  std::ofstream(path).put('x');
+  auto a = troupe::sqlite::write_turns(path);
+  auto b = troupe::sqlite::write_turns(dir.path().string() + "/./turns.db");
+  EXPECT_EQ(a.get(), b.get()) << "two names of one file";
+  EXPECT_NE(a.get(), troupe::sqlite::write_turns(dir.file("other.db")).get());
+
+  std::mutex mu;
+  std::vector<int> order;
+  a->take();  // held while the others line up
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 4; ++i) {
+    waiters.emplace_back([&, i] {
+      troupe::sqlite::WriteTurns::Turn turn(a.get());
+      std::lock_guard lk(mu);
+      order.push_back(i);
+    });
+    // The next waiter asks only once this one waits (its ticket is drawn).
+    std::this_thread::sleep_for(50ms);
+  }
+  {
+    std::lock_guard lk(mu);
+    EXPECT_TRUE(order.empty()) << "a turn was taken while another was held";
+  }
+  a->give_back();
+  for (auto& t : waiters) t.join();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+}

@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <utility>
@@ -120,6 +122,39 @@ int fine_busy_handler(void* arg, int count) {
 }
 
 }  // namespace
+
+void WriteTurns::take() {
+  std::unique_lock lk(mu_);
+  const std::uint64_t mine = issued_++;
+  next_.wait(lk, [&] { return serving_ == mine; });
+}
+
+void WriteTurns::give_back() {
+  {
+    std::lock_guard lk(mu_);
+    ++serving_;
+  }
+  next_.notify_all();
+}
+
+std::shared_ptr<WriteTurns> write_turns(const std::string& path) {
+  static std::mutex mu;
+  static std::map<std::string, std::weak_ptr<WriteTurns>> files;  // guarded by mu
+  std::string key = path;
+  if (char* real = ::realpath(path.c_str(), nullptr)) {
+    key = real;
+    std::free(real);
+  }
+  std::lock_guard lk(mu);
+  for (auto it = files.begin(); it != files.end();) it = it->second.expired() ? files.erase(it) : std::next(it);
+  auto& slot = files[key];
+  auto turns = slot.lock();
+  if (!turns) {
+    turns = std::make_shared<WriteTurns>();
+    slot = turns;
+  }
+  return turns;
+}
 
 void fine_busy_timeout(sqlite3* db, int timeout_ms) {
   if (timeout_ms <= 0) {

@@ -8,10 +8,13 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -141,6 +144,46 @@ class Connection {
 // up to 100 ms at a time: two writers of one file (the journal and a read
 // model in it) hand the lock over within a fraction of a millisecond.
 void fine_busy_timeout(sqlite3* db, int timeout_ms);
+
+// The turns of this process's writers of one database file (the journal's
+// writer, a read model in the journal's file): taken before BEGIN
+// IMMEDIATE, given back after COMMIT or ROLLBACK, first come first served.
+// SQLite's own lock is not fair: a writer that waits for it polls (the busy
+// handler) while another commits again and again. Writers of other
+// processes still meet on SQLite's lock. Thread-safe; shared by whoever
+// writes the file (write_turns), which holds it through a shared_ptr.
+class WriteTurns {
+ public:
+  // Waits for this caller's turn.
+  void take();
+  void give_back();
+
+  // RAII: a turn for the scope.
+  class Turn {
+   public:
+    explicit Turn(WriteTurns* t) : t_(t) {
+      if (t_ != nullptr) t_->take();
+    }
+    ~Turn() {
+      if (t_ != nullptr) t_->give_back();
+    }
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+
+   private:
+    WriteTurns* t_;
+  };
+
+ private:
+  std::mutex mu_;
+  std::condition_variable next_;
+  std::uint64_t issued_ = 0;   // tickets handed out; guarded by mu_
+  std::uint64_t serving_ = 0;  // the ticket whose turn it is; guarded by mu_
+};
+
+// The turns of the file at `path` (by its canonical path when it exists):
+// one object per file in this process while anyone holds it.
+std::shared_ptr<WriteTurns> write_turns(const std::string& path);
 
 // A path or an id as messages show it: 'text'.
 std::string quoted(std::string_view s);

@@ -17,6 +17,7 @@ Error Writer::fail(std::string_view doing) const { return failed(options_.path, 
 Result<void> Writer::open() {
   const std::string& path = options_.path;
   if (auto r = open_for_writing(db_, options_); !r) return r;
+  turns_ = write_turns(path);  // the file exists now: found by its canonical path
   if (auto r = ensure_outbox(db_.get(), path); !r) return r;
   if (auto r = prepare_outbox(); !r) return r;
   auto prepared = prepare_all(db_.get(), path,
@@ -51,6 +52,8 @@ detail::Committed Writer::commit(std::span<detail::JournalWrite> ops, std::span<
     return detail::Committed{};
   };
 
+  // Until the commit or the rollback (fail_all) is done.
+  WriteTurns::Turn turn(turns_.get());
   if (auto r = run(db_.get(), path, begin_.get(), "begin a write transaction"); !r) return fail_all(r.error());
 
   std::uint64_t written = 0;

@@ -5,6 +5,7 @@
 // Internal to src/persist/sqlite.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,6 +58,7 @@ class Writer final : public detail::JournalLane {
   Error fail(std::string_view doing) const;
 
   const SqliteJournalOptions& options_;
+  std::shared_ptr<WriteTurns> turns_;  // this process's writers of the file take turns
   Connection db_;
   Stmt begin_, commit_, rollback_, savepoint_, release_, rollback_to_;
   Stmt insert_event_, select_highest_, delete_events_, upsert_deletion_, insert_snapshot_, prune_snapshots_;
