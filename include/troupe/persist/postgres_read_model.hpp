@@ -23,10 +23,16 @@
 //
 // Ownership: open() returns a shared handle; the projections that write
 // into it and the code that reads it share it. Thread safety: every member
-// is thread-safe. Writes (transact) are serialised on one connection, reads
-// (query) use a second one; both reconnect after the server dropped them
-// (the transaction in flight fails and its page is tried again).
+// is thread-safe. The projections' pages run on up to max_writers
+// connections, one transaction on each at a time (the projections sharing
+// the model commit side by side); transact(body) (the handlers' setups)
+// runs one at a time in this process; reads (query) use one more
+// connection. All reconnect after the server dropped them (the transaction
+// in flight fails and its page is tried again). A page is one pipeline:
+// BEGIN, the offset's move, the handler's statements and COMMIT go in one
+// round trip (more only where the handler reads rows).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -47,6 +53,7 @@ namespace troupe {
 struct PostgresReadModelOptions {
   std::string conninfo;            // libpq connection string
   std::string schema = "public";   // created if missing
+  std::size_t max_writers = 4;     // write connections (>= 1), made as transactions need them
 };
 
 // A transaction on the read model, given to a projection's handler. Valid

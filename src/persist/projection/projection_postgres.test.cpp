@@ -108,7 +108,10 @@ TEST_F(PostgresProjection, two_instances_of_one_projection_never_apply_an_event_
   auto done = [](auto& s) { return s.caught_up && s.offset && s.offset->ordering >= 60; };
   ASSERT_TRUE(p1.wait_until(done, 30s) || p2.wait_until(done, 30s));
   ASSERT_TRUE(p1.wait_until([](auto& s) { return s.caught_up; }, 30s));
-  ASSERT_TRUE(p2.wait_until([](auto& s) { return s.caught_up; }, 30s));
+  ASSERT_TRUE(p2.wait_until([](auto& s) { return s.caught_up; }, 30s))
+      << "conflicts " << p2.status().conflicts << " retries " << p2.status().retries << " applied "
+      << p2.status().events_applied << " state " << to_string(p2.status().state)
+      << (p2.status().failure ? " failure " + p2.status().failure->error.to_string() : std::string());
   EXPECT_EQ(rows(), 60);
   EXPECT_EQ(p1.status().events_applied + p2.status().events_applied, 60u);
   EXPECT_EQ(p1.status().state, ProjectionState::running);
