@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct Backend {
   std::string name;
   std::function<std::shared_ptr<ReminderStore>(troupe::test::TempDir&)> open;
 };
+// Names the parameter in test listings (ctest's names) by its back end
+// rather than by its bytes.
+void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
 
 // A claim long enough that no test below sees one lapse unless it says so.
 constexpr std::int64_t kLease = 60'000;
