@@ -2,7 +2,8 @@
 // what one takes is claimed for its lease, so two services on one
 // PostgreSQL schema or one SQLite file deliver each reminder once between
 // them; a claim left by a service that stopped without recording is
-// delivered again once the lease has passed. Manual clock.
+// delivered again once the lease has passed; a page whose claim runs short
+// in the queue is let go rather than delivered late. Manual clock.
 
 #include <gtest/gtest.h>
 
@@ -162,6 +163,45 @@ TEST_F(Lease, a_claim_left_by_a_service_that_stopped_without_recording_is_delive
   settle();
   EXPECT_TRUE(open()->list("pay|p1")->empty());
   b->stop();
+  settle();
+}
+
+// A page that waits in the queue (a slow rate) past the point where its
+// claim could still cover a try is let go, not delivered late: the rest is
+// taken again once the claim ends, and each reminder is delivered once.
+// proves: R2
+TEST_F(Lease, queued_reminders_whose_claim_runs_short_are_let_go_and_taken_again_after_it) {
+  settings.max_per_second = 1;
+  settings.burst = 1;
+  settings.page_size = 10;
+  settings.attempt_timeout = 2s;
+  settings.lease = 5s;
+  auto store = troupe::make_memory_reminder_store();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(store->set({"o", "r" + std::to_string(i), wall(), 0, {}}).ok());
+  std::map<std::string, int> count;
+  std::mutex mu;
+  auto svc = ReminderService::start(system, store, settings, [&](const Reminder& r) {
+    {
+      std::lock_guard lk(mu);
+      ++count[r.name];
+    }
+    Promise<void> p;
+    Future<void> f = p.future();
+    p.set_value();
+    return f;
+  });
+  ASSERT_TRUE(svc.ok());
+  advance_settled(3s);
+  // At 0, 1 and 2 s one each; at 3 s only 2 s of the claim are left.
+  EXPECT_EQ(svc->stats().delivered, 3u);
+  EXPECT_EQ(svc->stats().lapsed, 7u);
+  EXPECT_EQ(store->summary(wall())->due, 0u) << "still claimed until 5 s";
+  advance_settled(30s);
+  std::lock_guard lk(mu);
+  ASSERT_EQ(count.size(), 10u);
+  for (const auto& [name, n] : count) EXPECT_EQ(n, 1) << name;
+  EXPECT_TRUE(store->list("o")->empty());
+  svc->stop();
   settle();
 }
 
