@@ -38,10 +38,6 @@ Result<std::unique_ptr<PaymentExpiry>> PaymentExpiry::open(troupe::node::Node& n
                                                            double rate) {
   if (after <= std::chrono::milliseconds::zero()) return std::unique_ptr<PaymentExpiry>();
   if (!(rate > 0)) return Error(ErrorCode::invalid_argument, "payment.expire_rate: must be above 0");
-  if (node.cluster() != nullptr)
-    return Error(ErrorCode::invalid_argument,
-                 "payment.expire_after: payments expire on a single node only (one reminder service per store, "
-                 "and a cluster has no node for it yet); set it to \"0\" in a cluster");
   const auto& j = node.config().journal;
   Result<std::shared_ptr<troupe::ReminderStore>> store = Error(ErrorCode::invalid_argument, "");
   if (j.backend == "sqlite") {
@@ -49,6 +45,8 @@ Result<std::unique_ptr<PaymentExpiry>> PaymentExpiry::open(troupe::node::Node& n
     // adds its table there (doc/reminders.md, "the file rule").
     store = troupe::open_sqlite_reminder_store({.path = node.config().sqlite_path().string()});
   } else if (j.backend == "postgres") {
+    // In a cluster every node's service shares this table: each takes
+    // (claims) its own reminders, and delivers through the cluster.
     store = troupe::open_postgres_reminder_store({.conninfo = j.postgres, .schema = j.schema});
   } else {
     store = troupe::make_memory_reminder_store();  // gone with the process, like the memory journal

@@ -49,16 +49,17 @@ troupe::ReminderDeliver deliver_expiry(Registry payments, troupe::Duration timeo
 // The payments' reminder service on one node: a reminder store beside the
 // node's journal (the SQLite journal's file, the PostgreSQL journal's
 // schema, or memory for a memory journal) and the service that fires the
-// "expire" reminders at most `rate` a second.
+// "expire" reminders at most `rate` a second. In a cluster on the shared
+// PostgreSQL journal every node runs one on the shared table: each firing
+// is claimed and delivered by one of them, through the node's
+// Entities<Payment>, which routes it to the payment's owner.
 // Ownership: owned by the payment service; the service's actor belongs to
 // the node's system. Thread safety: policy() and stats are thread-safe;
 // open and run are called once each during start-up.
 class PaymentExpiry {
  public:
   // Opens the store (after the journal: the node opened it). Errors:
-  // invalid_argument on a clustered node (one service per store, and the
-  // cluster has no place for it yet: doc/payment.md), a rate not above 0;
-  // the store's errors, prefixed.
+  // invalid_argument for a rate not above 0; the store's errors, prefixed.
   static troupe::Result<std::unique_ptr<PaymentExpiry>> open(troupe::node::Node& node,
                                                              std::chrono::milliseconds after, double rate);
   ~PaymentExpiry();

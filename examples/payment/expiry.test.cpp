@@ -77,6 +77,7 @@ class PaymentExpiryTest : public ::testing::Test {
     ReminderSettings rs;
     rs.log = false;
     rs.attempt_timeout = 60s;
+    rs.lease = 5min;  // above the attempt timeout
     rs.max_per_second = 100;
     auto svc = ReminderService::start(*system, store, rs, payment::deliver_expiry(*reg, 60s));
     ASSERT_TRUE(svc.ok()) << svc.error().to_string();

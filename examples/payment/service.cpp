@@ -132,6 +132,11 @@ Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
   const troupe::cluster::MessageOptions kIdempotent{.idempotent = true};
   auto cancel_to_pb = [](const Cancel&) { return pb::Cancel(); };
   auto get_to_pb = [](const GetStatus&) { return pb::GetStatus(); };
+  auto expire_to_pb = [](const Expire& e) {
+    pb::Expire m;
+    m.set_due_ms(e.due_ms);
+    return m;
+  };
   for (Result<void> added : {
            troupe::add_protobuf<Create>(c, create_to_pb, create_from_pb, status_to_pb, status_from_pb,
                                         kIdempotent),
@@ -143,6 +148,10 @@ Result<troupe::cluster::MessageCodecs<Command>> command_codecs() {
            troupe::add_protobuf<GetStatus>(
                c, get_to_pb, [](const pb::GetStatus&) { return GetStatus{}; }, status_to_pb, status_from_pb,
                kIdempotent),
+           // A repeated or late firing stores nothing (payment.hpp, "Expiry").
+           troupe::add_protobuf<Expire>(
+               c, expire_to_pb, [](const pb::Expire& m) { return Expire{m.due_ms(), {}}; }, status_to_pb,
+               status_from_pb, kIdempotent),
        }) {
     if (!added.ok()) return std::move(added).error();
   }

@@ -73,6 +73,18 @@ void ManualClock::advance(Duration d) {
   now_ = target;
 }
 
+TimePoint ManualClock::next_deadline() {
+  std::lock_guard adv(advance_mu_);  // listeners are not removed meanwhile
+  std::vector<Listener*> ls;
+  {
+    std::lock_guard lk(mu_);
+    ls = listeners_;
+  }
+  TimePoint next = TimePoint::max();
+  for (auto* l : ls) next = std::min(next, l->next_deadline());
+  return next;
+}
+
 void ManualClock::add_listener(Listener* l) {
   std::lock_guard lk(mu_);
   listeners_.push_back(l);

@@ -95,6 +95,10 @@ class ManualClock final : public Clock {
   // that timers fire in deadline order and each sees now() == its deadline.
   // Timers started by a fire are honoured if they fall within the step.
   void advance(Duration d);
+  // The earliest timer deadline of the listeners; TimePoint::max() when no
+  // timer is pending. For stepping from one deadline to the next
+  // (ManualClockTest::advance_settled).
+  TimePoint next_deadline();
   // Sets wall time only (simulates a restart at a later date); monotonic time
   // and timers are unaffected.
   void set_wall(WallTime t);

@@ -28,11 +28,17 @@
 // takes: a reminder is never dropped and never skipped.
 //
 // At least once: the record follows the delivery, so a crash between the
-// two (or a store error on the record) delivers the reminder again after a
-// restart; handlers should be idempotent (the reminder's owner, name and
-// due_ms identify a firing). Without a crash, each firing is delivered
-// once. One service per store: two services on one store would both
-// deliver what is due.
+// two (or a store error on the record) delivers the reminder again once its
+// claim lapses (`lease` after it was taken); handlers should be idempotent
+// (the reminder's owner, name and due_ms identify a firing). Without a
+// crash, each firing is delivered once.
+//
+// Several services may share one store (one per process or node of a
+// cluster): a page taken is claimed for `lease` (ReminderStore::take_due),
+// so the others take other reminders, and each firing is delivered by one
+// of them. A service starts a delivery only while its claim has at least
+// attempt_timeout left; a reminder whose claim runs short in the queue
+// (a slow rate, a long page) is let go and taken again after the lease.
 //
 // Ownership: a handle; copies share the service, an actor of `system` that
 // stops with it (or on stop()). The store is shared with the caller.
@@ -68,6 +74,11 @@ struct ReminderSettings {
   std::size_t max_in_flight = 64;
   Duration poll_interval = std::chrono::seconds(1);
   Duration attempt_timeout = std::chrono::seconds(10);
+  // How long a taken page stays claimed in the store: another service on
+  // the store does not take it before, and a firing this service took and
+  // never recorded (it stopped, or crashed) is delivered again after it.
+  // Must be above attempt_timeout.
+  Duration lease = std::chrono::seconds(60);
   Duration min_backoff = std::chrono::milliseconds(500);
   Duration max_backoff = std::chrono::seconds(60);
   double backoff_factor = 2.0;
@@ -84,6 +95,7 @@ struct ReminderStats {
   std::uint64_t timeouts = 0;      // tries past attempt_timeout (among failed)
   std::uint64_t store_errors = 0;  // store calls that failed
   std::uint64_t stale = 0;         // records ignored: set again or cancelled while delivered
+  std::uint64_t lapsed = 0;        // taken, then let go unstarted: too little of the claim left
   std::uint64_t in_flight = 0;
   std::uint64_t held = 0;          // reminders in memory now (the page being delivered)
   std::uint64_t max_held = 0;      // the most ever held at once
@@ -122,7 +134,8 @@ class Reminders {
 class ReminderService {
  public:
   // invalid_argument: no store or no deliver function, a rate, burst,
-  // page or in-flight limit of zero, bad back-off; shutting_down: the
+  // page or in-flight limit of zero, bad back-off, a lease not above
+  // attempt_timeout; shutting_down: the
   // system no longer spawns.
   static Result<ReminderService> start(ActorSystem& system, std::shared_ptr<ReminderStore> store,
                                        ReminderSettings settings, ReminderDeliver deliver);
@@ -132,7 +145,7 @@ class ReminderService {
   // Looks at the store now instead of at the next wake.
   void poke() const;
   // Stops the actor. Deliveries in flight are not recorded: they are
-  // delivered again by the next service on the store.
+  // delivered again, by any service on the store, once their claim lapses.
   void stop() const;
   const ReminderSettings& settings() const;
   ReminderStore& store() const;

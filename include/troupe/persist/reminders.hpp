@@ -11,7 +11,11 @@
 //
 // A ReminderService (reminder_service.hpp) runs the reminders of one store:
 // it takes the due ones in pages (take_due), delivers each, and stores what
-// became of it (record_fired, record_failed). A periodic reminder's next due
+// became of it (record_fired, record_failed). Taking claims: a taken
+// reminder's try time moves to the end of a lease, so several services on
+// one store (processes, nodes) each take different reminders, and one that
+// stopped without recording leaves its claims to lapse and be taken again
+// (at least once). A periodic reminder's next due
 // time is the first period boundary after the time it fired, so periods
 // missed while nothing ran (an outage) fire once, not once each; a one-shot
 // reminder is deleted once it has fired.
@@ -58,7 +62,10 @@ struct Reminder {
   std::int64_t period_ms = 0;    // 0: one-shot
   std::string payload;
   std::uint32_t attempts = 0;    // failed tries of this firing
-  std::int64_t next_try_ms = 0;  // when it is taken next: due_ms, or later after a failed try
+  // When it is taken next: due_ms, later after a failed try, or the end of
+  // the claim while a service holds it. take_due returns the try time the
+  // reminder was taken at (its claim is in the store only).
+  std::int64_t next_try_ms = 0;
   std::string last_error;        // why the last try failed ("" if none did)
   std::uint64_t token = 0;       // this registration: a set() gives a new one
 
@@ -67,7 +74,7 @@ struct Reminder {
 
 // How many reminders are due at a time, and the earliest try time of all.
 struct ReminderSummary {
-  std::uint64_t due = 0;                    // next_try_ms <= now_ms
+  std::uint64_t due = 0;                    // next_try_ms <= now_ms: not counting claimed ones
   std::optional<std::int64_t> next_try_ms;  // the earliest of all; none when the store is empty
 };
 
@@ -87,9 +94,15 @@ class ReminderStore {
   // The reminders of `owner`, by name.
   virtual Result<std::vector<Reminder>> list(std::string_view owner) = 0;
   // Up to `limit` (> 0) reminders with next_try_ms <= now_ms, the earliest
-  // first (ties by owner, then name). Taking changes nothing: a reminder is
-  // taken again until its firing or failure is recorded.
-  virtual Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit) = 0;
+  // first (ties by owner, then name), claimed for `lease_ms` (> 0): in the
+  // same atomic step their next_try_ms becomes now_ms + lease_ms, so no
+  // caller takes them again before the lease ends, unless their firing or
+  // failure is recorded first. Callers that share a store take disjoint
+  // sets while the claims last. A claim that lapses (its holder stopped, or
+  // is slower than the lease) makes the reminder due again: taken anew, and
+  // the holder's record, if it still comes, still counts (records check
+  // token and due_ms, not the claim).
+  virtual Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit, std::int64_t lease_ms) = 0;
   // `r` (as taken) was delivered at fired_ms: a periodic one moves to the
   // first period boundary after fired_ms (due_ms + k * period_ms), its
   // attempts and error cleared; a one-shot one is deleted. True if stored;

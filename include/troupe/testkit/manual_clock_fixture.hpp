@@ -20,8 +20,9 @@
 // worker threads: a timer that a *handler* starts in reaction to a fire is
 // armed at whatever now() the handler reads, which during a long advance may
 // already be the end of the step. When handlers re-arm (receive timeouts,
-// a handler that restarts its own timer), advance one period at a time, e.g.
-// with advance_in_steps().
+// a handler that restarts its own timer), use advance_settled(), which stops
+// at every deadline and settles there, or advance one period at a time with
+// advance_in_steps().
 //
 // Ownership: the fixture owns the clock (shared with the system) and the
 // system; the system is destroyed (shut down) at the end of each test.
@@ -66,6 +67,21 @@ class ManualClockTest : public ::testing::Test {
   // shorter): for handlers that re-arm timers from a fire.
   void advance_in_steps(Duration total, Duration step) {
     for (Duration done{}; done < total; done += step) advance(std::min(step, total - done));
+  }
+
+  // Moves virtual time forward by `d` one timer deadline at a time, settling
+  // the system at each: every handler of a fire runs with now() at its
+  // deadline, and a timer it arms that falls within `d` fires within this
+  // call. Deterministic however slow the build; one settle per deadline.
+  void advance_settled(Duration d) {
+    const TimePoint end = clock->now() + d;
+    settle();
+    for (TimePoint next = clock->next_deadline(); next <= end; next = clock->next_deadline()) {
+      clock->advance(std::max(next - clock->now(), Duration::zero()));
+      settle();
+    }
+    clock->advance(end - clock->now());
+    settle();
   }
 
   // Waits until no actor has anything left to do. Pending timers do not

@@ -54,10 +54,13 @@ std::int64_t read_int8(const char* p);
 // The advisory lock key of a fence: a stable 64-bit hash of schema and key.
 std::int64_t fence_lock(const std::string& schema, const std::string& key);
 
-// Parameters of one statement, all sent in binary.
+// Parameters of one statement, all sent in binary. bytes() keeps a pointer
+// to the caller's string, which must outlive the statement's run: a
+// temporary would be gone by then, so it does not compile.
 class Params {
  public:
   void bytes(const std::string& s) { add(s.data(), s.size(), kByteaOid); }
+  void bytes(std::string&&) = delete;
   void int8(std::int64_t v) { eight(static_cast<std::uint64_t>(v), kInt8Oid); }
   // A transaction id (xid8): eight bytes, unsigned.
   void xid8(std::uint64_t v) { eight(v, kXid8Oid); }

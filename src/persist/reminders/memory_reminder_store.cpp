@@ -1,5 +1,6 @@
 // MemoryReminderStore (reminders.hpp): reminders in a map by (owner, name)
-// and an index by (next try, owner, name), under one mutex.
+// and an index by (next try, owner, name), under one mutex (which makes a
+// take and its claim one step).
 
 #include <map>
 #include <mutex>
@@ -43,13 +44,21 @@ class MemoryReminderStore final : public ReminderStore {
     return out;
   }
 
-  Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit) override {
-    if (limit == 0) return Error(ErrorCode::invalid_argument, "reminders: take_due with a limit of 0");
+  Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit, std::int64_t lease_ms) override {
+    if (auto r = reminders::check_take(limit, lease_ms); !r) return std::move(r).error();
     std::lock_guard lk(mu_);
     std::vector<Reminder> out;
     for (const auto& [t, owner, name] : due_) {
       if (t > now_ms || out.size() >= limit) break;
       out.push_back(by_key_.at(Key{owner, name}));
+    }
+    // The claim: each moves to the lease's end, under the same lock.
+    const std::int64_t until = reminders::claim_end(now_ms, lease_ms);
+    for (const Reminder& r : out) {
+      Reminder& s = by_key_.at(Key{r.owner, r.name});
+      due_.erase(Index{s.next_try_ms, s.owner, s.name});
+      s.next_try_ms = until;
+      due_.emplace(s.next_try_ms, s.owner, s.name);
     }
     return out;
   }

@@ -4,8 +4,10 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "../postgres/pg_support.hpp"
@@ -78,27 +80,43 @@ class PostgresReminderStore final : public ReminderStore {
 
   Result<bool> cancel(std::string_view owner, std::string_view name) override {
     if (auto r = reminders::check_key(owner, name); !r) return std::move(r).error();
+    const std::string o(owner), n(name);
     Params p;
-    p.bytes(std::string(owner));
-    p.bytes(std::string(name));
+    p.bytes(o);
+    p.bytes(n);
     return changed(call("DELETE FROM " + table_ + " WHERE owner = $1 AND name = $2", p, "cancel a reminder"));
   }
 
   Result<std::vector<Reminder>> list(std::string_view owner) override {
+    const std::string o(owner);
     Params p;
-    p.bytes(std::string(owner));
+    p.bytes(o);
     return rows(call("SELECT " + std::string(kColumns) + " FROM " + table_ + " WHERE owner = $1 ORDER BY name", p,
                      "list reminders"));
   }
 
-  Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit) override {
-    if (limit == 0) return Error(ErrorCode::invalid_argument, "reminders: take_due with a limit of 0");
+  // One statement: the due rows are locked (rows another caller is
+  // claiming right now are skipped, not waited for), moved to the claim's
+  // end and returned with the try time they were taken at.
+  Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit, std::int64_t lease_ms) override {
+    if (auto r = reminders::check_take(limit, lease_ms); !r) return std::move(r).error();
     Params p;
     p.int8(now_ms);
     p.int8(static_cast<std::int64_t>(std::min<std::size_t>(limit, INT64_MAX)));
-    return rows(call("SELECT " + std::string(kColumns) + " FROM " + table_ +
-                         " WHERE next_try_ms <= $1 ORDER BY next_try_ms, owner, name LIMIT $2",
-                     p, "take due reminders"));
+    p.int8(reminders::claim_end(now_ms, lease_ms));
+    auto got = rows(call("UPDATE " + table_ +
+                             " AS t SET next_try_ms = $3 FROM (SELECT owner, name, next_try_ms FROM " + table_ +
+                             " WHERE next_try_ms <= $1 ORDER BY next_try_ms, owner, name LIMIT $2 FOR UPDATE SKIP "
+                             "LOCKED) AS d WHERE t.owner = d.owner AND t.name = d.name RETURNING t.owner, t.name, "
+                             "t.due_ms, t.period_ms, t.payload, t.attempts, d.next_try_ms, t.last_error, t.token",
+                         p, "take due reminders"));
+    if (!got) return got;
+    // RETURNING keeps no order: the contract's is restored here (bytea
+    // compares bytewise, as std::string does).
+    std::sort(got->begin(), got->end(), [](const Reminder& a, const Reminder& b) {
+      return std::tie(a.next_try_ms, a.owner, a.name) < std::tie(b.next_try_ms, b.owner, b.name);
+    });
+    return got;
   }
 
   Result<bool> record_fired(const Reminder& r, std::int64_t fired_ms) override {
@@ -114,9 +132,10 @@ class PostgresReminderStore final : public ReminderStore {
   }
 
   Result<bool> record_failed(const Reminder& r, std::int64_t retry_ms, std::string_view error) override {
+    const std::string why(error);
     Params p = key(r);
     p.int8(retry_ms);
-    p.bytes(std::string(error));
+    p.bytes(why);
     return changed(call("UPDATE " + table_ +
                             " SET attempts = attempts + 1, next_try_ms = $5, last_error = $6 "
                             "WHERE owner = $1 AND name = $2 AND token = $3 AND due_ms = $4",

@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
   s.page_size = 50;
   s.max_in_flight = 8;
   s.log = false;
+  // The page it holds when killed stays claimed this long: short, so the
+  // test's new service takes it again soon.
+  s.attempt_timeout = std::chrono::seconds(1);
+  s.lease = std::chrono::seconds(2);
   // A receiver that takes a little while: each delivery is answered from
   // this thread 2 ms after it was handed over, once its line is written,
   // so several are in flight when the kill lands.

@@ -16,6 +16,8 @@
 #include <utility>
 #include <variant>
 
+#include "reminder_support.hpp"
+
 namespace troupe {
 namespace detail {
 
@@ -39,11 +41,11 @@ using ReminderMsg = std::variant<ReminderWake, ReminderFinished, ReminderSet, Re
 // and read by anyone.
 struct ReminderCore {
   ReminderSettings settings;
-  ReminderDeliver deliver;
+  ReminderDeliver deliver;  // called, and cleared at the stop, by the actor only
   std::shared_ptr<ReminderStore> store;
   ActorRef<ReminderMsg> actor;
-  std::atomic<std::uint64_t> delivered{0}, failed{0}, retried{0}, timeouts{0}, store_errors{0}, stale{0}, in_flight{0},
-      held{0}, max_held{0}, due_now{0};
+  std::atomic<std::uint64_t> delivered{0}, failed{0}, retried{0}, timeouts{0}, store_errors{0}, stale{0}, lapsed{0},
+      in_flight{0}, held{0}, max_held{0}, due_now{0};
   std::atomic<std::int64_t> oldest_lag_ms{0};
 };
 
@@ -74,6 +76,10 @@ class ReminderActor final : public Actor<ReminderMsg> {
   void on_stop() {
     core_->in_flight.store(0, std::memory_order_relaxed);
     core_->held.store(0, std::memory_order_relaxed);
+    // The deliver function usually holds an entity registry whose entities
+    // hold this service's handles (the core): a cycle that would keep both
+    // alive for ever. Nothing delivers after the stop, so it goes here.
+    core_->deliver = nullptr;
   }
 
   void receive(ReminderMsg& m) {
@@ -105,6 +111,7 @@ class ReminderActor final : public Actor<ReminderMsg> {
     refill();
     if (queue_.empty() && running_.empty() && !cooling_) fetch();
     const auto& st = core_->settings;
+    let_go_lapsing();
     while (!queue_.empty() && running_.size() < st.max_in_flight && tokens_ >= 1.0 - kSlack) {
       tokens_ -= 1.0;
       Reminder r = std::move(queue_.front());
@@ -122,17 +129,30 @@ class ReminderActor final : public Actor<ReminderMsg> {
     tokens_ = std::min(burst_, tokens_ + secs * core_->settings.max_per_second);
   }
 
+  // A queued reminder starts only while its claim covers a whole try
+  // (attempt_timeout): otherwise another service could take it while this
+  // one still delivers it. The page shares one claim, so once it runs short
+  // the rest of the page goes back to the store, due again when it lapses.
+  void let_go_lapsing() {
+    if (queue_.empty()) return;
+    if (ms_of(wall_now()) + ms_of(core_->settings.attempt_timeout) < claim_end_ms_) return;
+    add(core_->lapsed, queue_.size());
+    queue_.clear();
+  }
+
   void fetch() {
     const auto& st = core_->settings;
     const std::int64_t now_ms = ms_of(wall_now());
     next_try_.reset();
-    auto page = core_->store->take_due(now_ms, st.page_size);
+    const std::int64_t lease_ms = ms_of(st.lease);
+    auto page = core_->store->take_due(now_ms, st.page_size, lease_ms);
     if (!page) return store_error("taking due reminders", page.error());
+    claim_end_ms_ = reminders::claim_end(now_ms, lease_ms);
     std::uint64_t due = page->size();
     if (page->empty() || page->size() >= st.page_size) {
       auto sum = core_->store->summary(now_ms);
       if (!sum) return store_error("counting due reminders", sum.error());
-      due = std::max<std::uint64_t>(due, sum->due);
+      due += sum->due;  // the page is claimed: no longer counted as due
       next_try_ = sum->next_try_ms;
     }
     core_->due_now.store(due, std::memory_order_relaxed);
@@ -251,6 +271,7 @@ class ReminderActor final : public Actor<ReminderMsg> {
   std::deque<Reminder> queue_;
   std::unordered_map<std::uint64_t, Reminder> running_;
   std::optional<std::int64_t> next_try_;
+  std::int64_t claim_end_ms_ = 0;  // when the claim on the page held ends (wall ms)
   bool cooling_ = false;  // a store call failed: no page before the next wake
   std::uint64_t attempts_ = 0;
   double burst_ = 1, tokens_ = 1;
@@ -267,6 +288,8 @@ Result<void> check(const std::shared_ptr<ReminderStore>& store, ReminderSettings
   if (s.page_size == 0 || s.max_in_flight == 0) return bad("page_size and max_in_flight must be at least 1");
   if (s.poll_interval <= Duration::zero() || s.attempt_timeout <= Duration::zero())
     return bad("poll_interval and attempt_timeout must be above zero");
+  if (s.lease <= s.attempt_timeout)
+    return bad("lease must be above attempt_timeout (a try must end before another service may take it)");
   if (s.min_backoff < Duration::zero() || s.max_backoff < s.min_backoff || !(s.backoff_factor >= 1.0))
     return bad("back-off: 0 <= min_backoff <= max_backoff and backoff_factor >= 1");
   return {};
@@ -301,9 +324,20 @@ Result<ReminderService> ReminderService::start(ActorSystem& system, std::shared_
 ReminderStats ReminderService::stats() const {
   auto r = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   const auto& c = *core_;
-  return ReminderStats{r(c.delivered), r(c.failed),   r(c.retried),  r(c.timeouts), r(c.store_errors),
-                       r(c.stale),     r(c.in_flight), r(c.held),    r(c.max_held), r(c.due_now),
-                       c.oldest_lag_ms.load(std::memory_order_relaxed)};
+  ReminderStats s;
+  s.delivered = r(c.delivered);
+  s.failed = r(c.failed);
+  s.retried = r(c.retried);
+  s.timeouts = r(c.timeouts);
+  s.store_errors = r(c.store_errors);
+  s.stale = r(c.stale);
+  s.lapsed = r(c.lapsed);
+  s.in_flight = r(c.in_flight);
+  s.held = r(c.held);
+  s.max_held = r(c.max_held);
+  s.due_now = r(c.due_now);
+  s.oldest_lag_ms = c.oldest_lag_ms.load(std::memory_order_relaxed);
+  return s;
 }
 
 void ReminderService::poke() const { (void)core_->actor.tell(detail::ReminderWake{}); }

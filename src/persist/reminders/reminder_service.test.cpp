@@ -129,13 +129,13 @@ TEST_F(Service, a_reminder_is_delivered_at_its_due_time_once_and_then_deleted) {
   auto svc = start();
   auto handle = svc.handle();
   ASSERT_TRUE(handle.set("pay|p1", "expire", clock->wall_now() + 5s, Duration::zero(), "why").get().ok());
-  advance(4999ms);
+  advance_settled(4999ms);
   EXPECT_EQ(inbox.size(), 0u);
-  advance(1ms);
+  advance_settled(1ms);
   ASSERT_EQ(inbox.size(), 1u);
   EXPECT_EQ(inbox.got()[0].reminder.owner, "pay|p1");
   EXPECT_EQ(inbox.got()[0].reminder.payload, "why");
-  advance(10s);
+  advance_settled(10s);
   EXPECT_EQ(inbox.size(), 1u);
   EXPECT_TRUE(store->list("pay|p1")->empty());
   EXPECT_EQ(svc.stats().delivered, 1u);
@@ -149,11 +149,11 @@ TEST_F(Service, a_periodic_reminder_that_missed_many_periods_fires_once_then_on_
   ASSERT_EQ(inbox.size(), 1u);
   EXPECT_EQ(inbox.got()[0].reminder.due_ms, start_ms - 10'500);
   EXPECT_EQ(store->list("o")->at(0).due_ms, start_ms + 500);
-  advance(499ms);
+  advance_settled(499ms);
   EXPECT_EQ(inbox.size(), 1u);
-  advance(1ms);
+  advance_settled(1ms);
   EXPECT_EQ(inbox.size(), 2u);
-  advance(1000ms);
+  advance_settled(1000ms);
   EXPECT_EQ(inbox.size(), 3u);
   EXPECT_EQ(inbox.got()[2].wall_ms, start_ms + 1500);
 }
@@ -168,11 +168,11 @@ TEST_F(Service, a_cancelled_reminder_is_not_delivered_and_a_replaced_one_is_deli
   EXPECT_TRUE(*cancelled);
   EXPECT_FALSE(*h.cancel("o", "a").get());
   ASSERT_TRUE(h.set("o", "b", clock->wall_now() + 3s, Duration::zero(), "new").get().ok());
-  advance(3s);
+  advance_settled(3s);
   ASSERT_EQ(inbox.size(), 1u);
   EXPECT_EQ(inbox.got()[0].reminder.name, "b");
   EXPECT_EQ(inbox.got()[0].reminder.payload, "new");
-  advance(10s);
+  advance_settled(10s);
   EXPECT_EQ(inbox.size(), 1u);
 }
 
@@ -182,7 +182,7 @@ TEST_F(Service, deliveries_keep_to_the_rate_after_the_burst) {
   for (int i = 0; i < 20; ++i) set("o", "r" + std::to_string(i), wall());
   const TimePoint t0 = now();
   auto svc = start();
-  advance_in_steps(3s, 50ms);
+  advance_settled(3s);
   auto got = inbox.got();
   ASSERT_EQ(got.size(), 20u);
   for (std::size_t k = 0; k < got.size(); ++k) {
@@ -200,13 +200,13 @@ TEST_F(Service, a_failed_delivery_is_retried_with_a_growing_back_off_and_never_d
   auto svc = start(/*failures=*/3);
   EXPECT_EQ(inbox.calls(), 1);
   EXPECT_EQ(store->list("o")->at(0).attempts, 1u);
-  advance(1s);  // back-off 1 s
+  advance_settled(1s);  // back-off 1 s
   EXPECT_EQ(inbox.calls(), 2);
-  advance(2s - 1ms);  // then 2 s
+  advance_settled(2s - 1ms);  // then 2 s
   EXPECT_EQ(inbox.calls(), 2);
-  advance(1ms);
+  advance_settled(1ms);
   EXPECT_EQ(inbox.calls(), 3);
-  advance(4s);  // then 4 s: this one succeeds
+  advance_settled(4s);  // then 4 s: this one succeeds
   EXPECT_EQ(inbox.calls(), 4);
   ASSERT_EQ(inbox.size(), 1u);
   EXPECT_EQ(inbox.got()[0].wall_ms, t0 + 7000);
@@ -234,9 +234,9 @@ TEST_F(Service, a_delivery_that_never_answers_times_out_and_is_tried_again) {
   });
   ASSERT_TRUE(s.ok());
   settle();
-  advance(2s);
+  advance_settled(2s);
   EXPECT_EQ(s->stats().timeouts, 1u);
-  advance(1s);
+  advance_settled(1s);
   EXPECT_EQ(calls, 2);
   EXPECT_EQ(s->stats().delivered, 1u);
   EXPECT_TRUE(store->list("o")->empty());
@@ -251,8 +251,8 @@ class CannotRecord final : public ReminderStore {
   troupe::Result<void> set(const ReminderSpec& s) override { return inner_->set(s); }
   troupe::Result<bool> cancel(std::string_view o, std::string_view n) override { return inner_->cancel(o, n); }
   troupe::Result<std::vector<Reminder>> list(std::string_view o) override { return inner_->list(o); }
-  troupe::Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit) override {
-    return inner_->take_due(now_ms, limit);
+  troupe::Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit, std::int64_t lease_ms) override {
+    return inner_->take_due(now_ms, limit, lease_ms);
   }
   troupe::Result<bool> record_fired(const Reminder& r, std::int64_t t) override {
     if (broken) return Error(ErrorCode::journal_failed, "disk full");
@@ -269,21 +269,23 @@ class CannotRecord final : public ReminderStore {
 };
 
 // A firing whose record fails is delivered again (at least once), but only
-// after the next wake, not in a loop.
-TEST_F(Service, a_firing_the_store_cannot_record_is_delivered_again_after_a_pause_not_in_a_loop) {
+// once its claim lapsed, not in a loop.
+TEST_F(Service, a_firing_the_store_cannot_record_is_delivered_again_once_its_claim_lapses_not_in_a_loop) {
+  settings.attempt_timeout = 2s;
+  settings.lease = 5s;
   auto broken = std::make_shared<CannotRecord>(store);
   store = broken;
   set("o", "r", wall());
   auto svc = start();
   EXPECT_EQ(inbox.calls(), 1);
   EXPECT_EQ(svc.stats().store_errors, 1u);
-  advance(999ms);
-  EXPECT_EQ(inbox.calls(), 1) << "no page before the next wake";
   broken->broken = false;
-  advance(1ms);
+  advance_settled(4999ms);
+  EXPECT_EQ(inbox.calls(), 1) << "still claimed by the try whose record failed";
+  advance_settled(1ms);
   EXPECT_EQ(inbox.calls(), 2) << "delivered again: the first firing was not recorded";
   EXPECT_TRUE(store->list("o")->empty());
-  advance(5s);
+  advance_settled(5s);
   EXPECT_EQ(inbox.calls(), 2);
 }
 
@@ -314,6 +316,8 @@ TEST_F(Service, bad_settings_are_refused) {
   EXPECT_TRUE(bad([](ReminderSettings& s) { s.max_in_flight = 0; }));
   EXPECT_TRUE(bad([](ReminderSettings& s) { s.max_backoff = 0s; }));
   EXPECT_TRUE(bad([](ReminderSettings& s) { s.backoff_factor = 0.5; }));
+  EXPECT_TRUE(bad([](ReminderSettings& s) { s.lease = s.attempt_timeout; }));
+  EXPECT_TRUE(bad([](ReminderSettings& s) { s.lease = 0s; }));
   EXPECT_FALSE(ReminderService::start(system, nullptr, settings, deliver).ok());
   EXPECT_FALSE(ReminderService::start(system, store, settings, nullptr).ok());
 }
@@ -329,7 +333,7 @@ void Service::restart(const std::function<std::shared_ptr<ReminderStore>()>& ope
   svc.stop();
   settle();
   store.reset();
-  advance(30s);
+  advance_settled(30s);
   EXPECT_EQ(inbox.size(), 0u);
 
   store = open();
@@ -337,7 +341,7 @@ void Service::restart(const std::function<std::shared_ptr<ReminderStore>()>& ope
   ASSERT_EQ(inbox.size(), 2u);
   EXPECT_EQ(inbox.got()[0].reminder.name, "x");
   EXPECT_EQ(inbox.got()[1].reminder.name, "y");
-  advance(10s);
+  advance_settled(10s);
   EXPECT_EQ(inbox.size(), 3u);  // y's next period
 }
 
@@ -395,7 +399,7 @@ void Service::outage(std::shared_ptr<ReminderStore> target) {
     EXPECT_EQ(first.oldest_lag_ms, 60'000) << "the oldest fell due when the outage began";
     EXPECT_EQ(first.delivered, 100u) << "the first burst, at once";
   }
-  for (int step = 0; step < 1200 && box.size() < static_cast<std::size_t>(kCount); ++step) advance(100ms);
+  for (int step = 0; step < 1200 && box.size() < static_cast<std::size_t>(kCount); ++step) advance_settled(100ms);
   auto got = box.got();
   ASSERT_EQ(got.size(), static_cast<std::size_t>(kCount));
   std::vector<int> seen(kCount, 0);

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ struct Backend {
   std::string name;
   std::function<std::shared_ptr<ReminderStore>(troupe::test::TempDir&)> open;
 };
+// Names the parameter in test listings (ctest's names) by its back end
+// rather than by its bytes.
+void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
+
+// A claim long enough that no test below sees one lapse unless it says so.
+constexpr std::int64_t kLease = 60'000;
 
 std::shared_ptr<ReminderStore> must(troupe::Result<std::shared_ptr<ReminderStore>> r) {
   if (!r) throw std::runtime_error(r.error().to_string());
@@ -62,21 +69,49 @@ TEST_P(StoreContract, a_set_reminder_is_listed_by_owner_and_taken_when_due_oldes
   EXPECT_EQ((*listed)[0].next_try_ms, 100);
   EXPECT_NE((*listed)[0].token, 0u);
 
-  EXPECT_TRUE(store->take_due(99, 10)->empty());
-  EXPECT_EQ(names(*store->take_due(250, 10)), (std::vector<std::string>{"pay|a/audit", "pay|b/expire"}));
-  EXPECT_EQ(names(*store->take_due(1000, 2)), (std::vector<std::string>{"pay|a/audit", "pay|b/expire"}));
-  // Taking changes nothing.
-  EXPECT_EQ(store->take_due(1000, 10)->size(), 3u);
-  auto sum = store->summary(250);
+  EXPECT_TRUE(store->take_due(99, 10, kLease)->empty());
+  auto taken = store->take_due(250, 10, kLease);
+  ASSERT_TRUE(taken.ok()) << taken.error().to_string();
+  EXPECT_EQ(names(*taken), (std::vector<std::string>{"pay|a/audit", "pay|b/expire"}));
+  EXPECT_EQ((*taken)[0].next_try_ms, 100) << "returned with the try time it was taken at";
+  EXPECT_EQ((*taken)[1].next_try_ms, 200);
+  // Taken is claimed: the rest comes next, in order.
+  EXPECT_EQ(names(*store->take_due(1000, 10, kLease)), (std::vector<std::string>{"pay|a/expire"}));
+  EXPECT_TRUE(store->take_due(1000, 10, kLease)->empty());
+}
+
+// proves: R2
+TEST_P(StoreContract, a_taken_reminder_is_claimed_until_its_lease_ends_and_then_taken_again) {
+  ASSERT_TRUE(store->set(spec("o", "r", 100)).ok());
+  ASSERT_TRUE(store->set(spec("o", "s", 150)).ok());
+  auto first = store->take_due(200, 1, 1000);
+  ASSERT_TRUE(first.ok()) << first.error().to_string();
+  ASSERT_EQ(names(*first), (std::vector<std::string>{"o/r"}));
+  // Another taker gets the other one, then nothing until the claim ends.
+  EXPECT_EQ(names(*store->take_due(200, 10, 1000)), (std::vector<std::string>{"o/s"}));
+  EXPECT_TRUE(store->take_due(1199, 10, 1000)->empty());
+  EXPECT_EQ(store->list("o")->at(0).next_try_ms, 1200) << "the claim's end is its next try";
+  auto sum = store->summary(1199);
   ASSERT_TRUE(sum.ok());
-  EXPECT_EQ(sum->due, 2u);
-  EXPECT_EQ(sum->next_try_ms, 100);
+  EXPECT_EQ(sum->due, 0u) << "claimed reminders are not due";
+  EXPECT_EQ(sum->next_try_ms, 1200);
+  EXPECT_EQ(store->summary(1200)->due, 2u);
+  // The claim lapsed: taken again, as it was.
+  auto again = store->take_due(1200, 1, 1000);
+  ASSERT_EQ(names(*again), (std::vector<std::string>{"o/r"}));
+  EXPECT_EQ(again->at(0).next_try_ms, 1200);
+  EXPECT_EQ(again->at(0).token, first->at(0).token);
+  EXPECT_EQ(again->at(0).due_ms, 100);
+  // The first holder still records it; the second holder's record is then stale.
+  EXPECT_TRUE(*store->record_fired(first->at(0), 1300));
+  EXPECT_FALSE(*store->record_fired(again->at(0), 1300));
+  EXPECT_EQ(names(*store->list("o")), (std::vector<std::string>{"o/s"}));
 }
 
 TEST_P(StoreContract, a_one_shot_reminder_is_deleted_once_fired_and_a_periodic_one_fires_once_for_missed_periods) {
   ASSERT_TRUE(store->set(spec("o", "once", 100)).ok());
   ASSERT_TRUE(store->set(spec("o", "every", 100, 1000)).ok());
-  auto due = store->take_due(100, 10);
+  auto due = store->take_due(100, 10, kLease);
   ASSERT_EQ(due->size(), 2u);
   for (const auto& r : *due) EXPECT_TRUE(*store->record_fired(r, 100));
   auto left = store->list("o");
@@ -84,12 +119,12 @@ TEST_P(StoreContract, a_one_shot_reminder_is_deleted_once_fired_and_a_periodic_o
   EXPECT_EQ((*left)[0].due_ms, 1100);
   // Down from 1,100 to 60,000: 58 periods missed, one firing, then the next
   // boundary after the firing.
-  due = store->take_due(60'000, 10);
+  due = store->take_due(60'000, 10, kLease);
   ASSERT_EQ(due->size(), 1u);
   EXPECT_TRUE(*store->record_fired((*due)[0], 60'000));
   left = store->list("o");
   EXPECT_EQ((*left)[0].due_ms, 60'100);
-  EXPECT_TRUE(store->take_due(60'099, 10)->empty());
+  EXPECT_TRUE(store->take_due(60'099, 10, kLease)->empty());
   // Recording the same taken copy again changes nothing.
   EXPECT_FALSE(*store->record_fired((*due)[0], 60'000));
   EXPECT_EQ(store->list("o")->at(0).due_ms, 60'100);
@@ -97,10 +132,10 @@ TEST_P(StoreContract, a_one_shot_reminder_is_deleted_once_fired_and_a_periodic_o
 
 TEST_P(StoreContract, a_failed_try_moves_the_next_try_and_counts_and_a_later_firing_clears_it) {
   ASSERT_TRUE(store->set(spec("o", "r", 10, 100)).ok());
-  auto r = store->take_due(10, 1)->at(0);
+  auto r = store->take_due(10, 1, kLease)->at(0);
   EXPECT_TRUE(*store->record_failed(r, 500, "gateway down"));
-  EXPECT_TRUE(store->take_due(499, 10)->empty());
-  auto again = store->take_due(500, 10)->at(0);
+  EXPECT_TRUE(store->take_due(499, 10, kLease)->empty());
+  auto again = store->take_due(500, 10, kLease)->at(0);
   EXPECT_EQ(again.attempts, 1u);
   EXPECT_EQ(again.last_error, "gateway down");
   EXPECT_EQ(again.due_ms, 10);
@@ -114,7 +149,7 @@ TEST_P(StoreContract, a_failed_try_moves_the_next_try_and_counts_and_a_later_fir
 
 TEST_P(StoreContract, setting_again_replaces_and_a_record_of_the_old_registration_is_ignored) {
   ASSERT_TRUE(store->set(spec("o", "r", 10)).ok());
-  auto old = store->take_due(10, 1)->at(0);
+  auto old = store->take_due(10, 1, kLease)->at(0);
   ASSERT_TRUE(store->set(spec("o", "r", 5000, 10)).ok());
   EXPECT_FALSE(*store->record_fired(old, 10));
   EXPECT_FALSE(*store->record_failed(old, 20, "x"));
@@ -126,7 +161,7 @@ TEST_P(StoreContract, setting_again_replaces_and_a_record_of_the_old_registratio
 
 TEST_P(StoreContract, cancel_deletes_and_says_whether_there_was_one) {
   ASSERT_TRUE(store->set(spec("o", "r", 10)).ok());
-  auto taken = store->take_due(10, 1)->at(0);
+  auto taken = store->take_due(10, 1, kLease)->at(0);
   EXPECT_TRUE(*store->cancel("o", "r"));
   EXPECT_FALSE(*store->cancel("o", "r"));
   EXPECT_TRUE(store->list("o")->empty());
@@ -142,7 +177,9 @@ TEST_P(StoreContract, bad_owners_names_times_and_limits_are_refused) {
   EXPECT_EQ(store->set(spec("o", "r", -1)).error().code(), ErrorCode::invalid_argument);
   EXPECT_EQ(store->set(spec("o", "r", 1, -5)).error().code(), ErrorCode::invalid_argument);
   EXPECT_EQ(store->cancel("", "r").error().code(), ErrorCode::invalid_argument);
-  EXPECT_EQ(store->take_due(1, 0).error().code(), ErrorCode::invalid_argument);
+  EXPECT_EQ(store->take_due(1, 0, kLease).error().code(), ErrorCode::invalid_argument);
+  EXPECT_EQ(store->take_due(1, 10, 0).error().code(), ErrorCode::invalid_argument);
+  EXPECT_EQ(store->take_due(1, 10, -1).error().code(), ErrorCode::invalid_argument);
   // Any byte in owner and name, and a period that would overflow.
   const std::string odd("\0|\xff\"'", 5);
   ASSERT_TRUE(store->set(spec(odd, odd, INT64_MAX - 5, INT64_MAX / 2)).ok());
@@ -157,7 +194,7 @@ TEST_P(StoreContract, many_due_reminders_come_in_pages_in_due_order) {
   std::int64_t last = -1;
   std::size_t seen = 0;
   for (;;) {
-    auto page = store->take_due(1000, 64);
+    auto page = store->take_due(1000, 64, kLease);
     ASSERT_TRUE(page.ok());
     if (page->empty()) break;
     EXPECT_LE(page->size(), 64u);

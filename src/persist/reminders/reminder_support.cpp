@@ -31,6 +31,17 @@ std::int64_t next_due(std::int64_t due_ms, std::int64_t period_ms, std::int64_t 
   return due_ms + k * period_ms;
 }
 
+std::int64_t claim_end(std::int64_t now_ms, std::int64_t lease_ms) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  return now_ms > kMax - lease_ms ? kMax : now_ms + lease_ms;
+}
+
+Result<void> check_take(std::size_t limit, std::int64_t lease_ms) {
+  if (limit == 0) return Error(ErrorCode::invalid_argument, "reminders: take_due with a limit of 0");
+  if (lease_ms <= 0) return Error(ErrorCode::invalid_argument, "reminders: take_due with a lease of 0 or less");
+  return {};
+}
+
 std::uint64_t new_token() {
   static thread_local std::mt19937_64 rng([] {
     std::random_device rd;

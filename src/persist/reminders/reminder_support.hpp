@@ -19,6 +19,12 @@ Result<void> check_key(std::string_view owner, std::string_view name);
 // reminder that missed several periods fires once. Saturates at INT64_MAX.
 std::int64_t next_due(std::int64_t due_ms, std::int64_t period_ms, std::int64_t fired_ms);
 
+// now_ms + lease_ms, saturating at INT64_MAX: the end of a claim.
+std::int64_t claim_end(std::int64_t now_ms, std::int64_t lease_ms);
+
+// invalid_argument unless limit > 0 and lease_ms > 0 (take_due's arguments).
+Result<void> check_take(std::size_t limit, std::int64_t lease_ms);
+
 // A token no earlier registration used (random, 1..2^63-1: stored as a
 // signed 64-bit number).
 std::uint64_t new_token();

@@ -1,6 +1,6 @@
 // SqliteReminderStore (reminders.hpp): the reminders table in an SQLite
 // file, on a connection of its own (WAL, busy timeout), one statement per
-// call under a mutex. The file rule and the layout are in doc/reminders.md.
+// call under a mutex (take_due: two, in one write transaction). The file rule and the layout are in doc/reminders.md.
 
 #include <sqlite3.h>
 
@@ -75,6 +75,11 @@ class SqliteReminderStore final : public ReminderStore {
         {&cancel_, "DELETE FROM reminders WHERE owner = ?1 AND name = ?2"},
         {&list_, "SELECT " + cols + " FROM reminders WHERE owner = ?1 ORDER BY name"},
         {&take_, "SELECT " + cols + " FROM reminders WHERE next_try_ms <= ?1 ORDER BY next_try_ms, owner, name LIMIT ?2"},
+        // The same rows as take_ (one write transaction holds both), moved
+        // to the claim's end.
+        {&claim_,
+         "UPDATE reminders SET next_try_ms = ?3 WHERE (owner, name) IN (SELECT owner, name FROM reminders "
+         "WHERE next_try_ms <= ?1 ORDER BY next_try_ms, owner, name LIMIT ?2)"},
         {&delete_fired_, "DELETE FROM reminders WHERE owner = ?1 AND name = ?2 AND token = ?3 AND due_ms = ?4"},
         {&move_fired_,
          "UPDATE reminders SET due_ms = ?5, next_try_ms = ?5, attempts = 0, last_error = '' "
@@ -126,14 +131,42 @@ class SqliteReminderStore final : public ReminderStore {
     return rows(s, "list reminders");
   }
 
-  Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit) override {
-    if (limit == 0) return Error(ErrorCode::invalid_argument, "reminders: take_due with a limit of 0");
+  // Under BEGIN IMMEDIATE (the file's write lock, taken first): no other
+  // connection, in this process or another, takes or claims in between.
+  Result<std::vector<Reminder>> take_due(std::int64_t now_ms, std::size_t limit, std::int64_t lease_ms) override {
+    if (auto r = reminders::check_take(limit, lease_ms); !r) return std::move(r).error();
+    const auto n = static_cast<sqlite3_int64>(std::min<std::size_t>(limit, INT64_MAX));
     std::lock_guard lk(mu_);
-    sqlite3_stmt* s = take_.get();
-    ResetOnExit reset(s);
-    sqlite3_bind_int64(s, 1, now_ms);
-    sqlite3_bind_int64(s, 2, static_cast<sqlite3_int64>(std::min<std::size_t>(limit, INT64_MAX)));
-    return rows(s, "take due reminders");
+    if (auto r = exec("BEGIN IMMEDIATE", "begin taking due reminders"); !r) return std::move(r).error();
+    auto taken = [&]() -> Result<std::vector<Reminder>> {
+      std::vector<Reminder> out;
+      {
+        sqlite3_stmt* s = take_.get();
+        ResetOnExit reset(s);
+        sqlite3_bind_int64(s, 1, now_ms);
+        sqlite3_bind_int64(s, 2, n);
+        auto got = rows(s, "take due reminders");
+        if (!got) return got;
+        out = std::move(*got);
+      }
+      if (out.empty()) return out;
+      sqlite3_stmt* c = claim_.get();
+      ResetOnExit reset(c);
+      sqlite3_bind_int64(c, 1, now_ms);
+      sqlite3_bind_int64(c, 2, n);
+      sqlite3_bind_int64(c, 3, reminders::claim_end(now_ms, lease_ms));
+      if (sqlite3_step(c) != SQLITE_DONE) return failed("claim due reminders");
+      return out;
+    }();
+    if (!taken) {
+      (void)exec("ROLLBACK", "roll back");
+      return taken;
+    }
+    if (auto r = exec("COMMIT", "commit the claim"); !r) {
+      (void)exec("ROLLBACK", "roll back");
+      return std::move(r).error();
+    }
+    return taken;
   }
 
   Result<bool> record_fired(const Reminder& r, std::int64_t fired_ms) override {
@@ -265,7 +298,7 @@ class SqliteReminderStore final : public ReminderStore {
   SqliteReminderOptions options_;
   std::mutex mu_;
   Connection conn_;  // declared before the statements: destroyed after them
-  Stmt set_, cancel_, list_, take_, delete_fired_, move_fired_, failed_, summary_;
+  Stmt set_, cancel_, list_, take_, claim_, delete_fired_, move_fired_, failed_, summary_;
 };
 
 }  // namespace
