@@ -155,6 +155,10 @@ TEST_F(PostgresProjection, bad_options_are_invalid_arguments_and_a_bad_server_is
   EXPECT_EQ(PostgresReadModel::open({"", "s"}).error().code(), troupe::ErrorCode::invalid_argument);
   EXPECT_EQ(PostgresReadModel::open({troupe::test::shared_postgres_conninfo(), ""}).error().code(),
             troupe::ErrorCode::invalid_argument);
+  auto none = PostgresReadModel::open({troupe::test::shared_postgres_conninfo(), "s", 0});
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.error().code(), troupe::ErrorCode::invalid_argument);
+  EXPECT_NE(none.error().message().find("max_writers"), std::string::npos) << none.error().message();
   auto r = PostgresReadModel::open({"host=127.0.0.1 port=1 connect_timeout=2", "s"});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), troupe::ErrorCode::journal_failed);
