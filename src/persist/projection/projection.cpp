@@ -151,9 +151,12 @@ class ProjectionActor final : public Actor<ProjMsg> {
 
   void on_start() {
     std::weak_ptr<ProjectionCore> weak = core_;
-    listener_ = core_->journal->add_append_listener([weak] {
+    // Its own ref, not core_->actor: start_projection may still be storing
+    // that one while a hint comes in on the journal's thread. on_stop
+    // removes the listener, and the ref with it.
+    listener_ = core_->journal->add_append_listener([weak, self = this->self()] {
       auto c = weak.lock();
-      if (c && !c->wake_queued.exchange(true, std::memory_order_acq_rel)) (void)c->actor.tell(ProjWake{});
+      if (c && !c->wake_queued.exchange(true, std::memory_order_acq_rel)) (void)self.tell(ProjWake{});
     });
     (void)start_periodic_timer("poll", core_->settings.poll_interval, ProjWake{});
     load(true);
