@@ -41,6 +41,24 @@
 
 namespace troupe::testkit {
 
+// Moves `clock` forward by `d` one timer deadline at a time, calling
+// `settle` (waits until the systems on the clock are idle) before, at each
+// deadline and at the end: every handler of a fire runs with now() at its
+// deadline, and a timer it arms that falls within `d` fires within this
+// call. Deterministic however slow the build. For fixtures with systems of
+// their own; ManualClockTest::advance_settled is this on its one system.
+template <class Settle>
+void advance_settled(ManualClock& clock, Duration d, Settle&& settle) {
+  const TimePoint end = clock.now() + d;
+  settle();
+  for (TimePoint next = clock.next_deadline(); next <= end; next = clock.next_deadline()) {
+    clock.advance(std::max(next - clock.now(), Duration::zero()));
+    settle();
+  }
+  clock.advance(end - clock.now());
+  settle();
+}
+
 class ManualClockTest : public ::testing::Test {
  protected:
   // Real-time bound for settle(): a system that is not idle by then is
@@ -69,19 +87,10 @@ class ManualClockTest : public ::testing::Test {
     for (Duration done{}; done < total; done += step) advance(std::min(step, total - done));
   }
 
-  // Moves virtual time forward by `d` one timer deadline at a time, settling
-  // the system at each: every handler of a fire runs with now() at its
-  // deadline, and a timer it arms that falls within `d` fires within this
-  // call. Deterministic however slow the build; one settle per deadline.
+  // Moves virtual time forward by `d` one timer deadline at a time,
+  // settling the system at each (testkit::advance_settled).
   void advance_settled(Duration d) {
-    const TimePoint end = clock->now() + d;
-    settle();
-    for (TimePoint next = clock->next_deadline(); next <= end; next = clock->next_deadline()) {
-      clock->advance(std::max(next - clock->now(), Duration::zero()));
-      settle();
-    }
-    clock->advance(end - clock->now());
-    settle();
+    testkit::advance_settled(*clock, d, [this] { settle(); });
   }
 
   // Waits until no actor has anything left to do. Pending timers do not

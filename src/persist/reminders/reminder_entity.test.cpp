@@ -19,6 +19,7 @@
 #include "troupe/core.hpp"
 #include "troupe/persist.hpp"
 #include "troupe/persist/reminder_service.hpp"
+#include "troupe/testkit/manual_clock_fixture.hpp"
 
 namespace {
 
@@ -182,14 +183,7 @@ class EntityReminders : public ::testing::Test {
   // its wake from a fire is never overtaken by the clock, however slow the
   // build (as ManualClockTest::advance_settled).
   void advance(Duration total) {
-    const TimePoint end = clock->now() + total;
-    settle();
-    for (TimePoint next = clock->next_deadline(); next <= end; next = clock->next_deadline()) {
-      clock->advance(std::max(next - clock->now(), Duration::zero()));
-      settle();
-    }
-    clock->advance(end - clock->now());
-    settle();
+    troupe::testkit::advance_settled(*clock, total, [this] { settle(); });
   }
   std::string ask(const std::string& id, auto make) {
     auto r = reg->ask<std::string>(id, make, 10s).get();
