@@ -67,7 +67,11 @@ class PostgresTransaction::Impl {
     conn_ = PQconnectdb(conninfo_.c_str());
     if (PQstatus(conn_) != CONNECTION_OK)
       return Error(ErrorCode::journal_failed, "postgres read model: cannot connect: " + message());
-    ResultPtr r(PQexec(conn_, ("SET search_path TO " + quote_ident(schema_) + ", public").c_str()));
+    // Warnings and errors only: the NOTICEs of a setup's CREATE ... IF NOT
+    // EXISTS on every start would otherwise go to stderr (libpq's default).
+    ResultPtr r(PQexec(conn_, ("SET search_path TO " + quote_ident(schema_) +
+                               ", public; SET client_min_messages TO warning")
+                                  .c_str()));
     if (PQresultStatus(r.get()) != PGRES_COMMAND_OK)
       return Error(ErrorCode::journal_failed, "postgres read model: cannot set the search path: " + message());
     return {};
