@@ -122,7 +122,8 @@ struct ByCustomer {
   // last (customer, order, amount) an event carried (the customer only when
   // not empty), the last status, the refund of the last status event.
   struct Row {
-    std::size_t last = 0;  // its last event's index in the page
+    const std::string* id = nullptr;  // the key of `index` below
+    std::size_t last = 0;             // its last event's index in the page
     std::string customer, order_id;
     bool has_order = false, has_refunded = false;
     std::int64_t amount = 0, refunded = 0, created_ms = 0, updated_ms = 0;
@@ -132,7 +133,6 @@ struct ByCustomer {
   Result<void> apply(typename Model::Transaction& tx, std::span<const StreamEvent> page, std::size_t& failed_at) {
     std::vector<Row> rows;
     std::map<std::string, std::size_t> index;  // payment id -> rows
-    std::vector<const std::string*> ids;       // rows' ids
     for (std::size_t i = 0; i < page.size(); ++i) {
       auto ev = decode(codecs, page[i]);
       if (!ev) {
@@ -143,8 +143,9 @@ struct ByCustomer {
       auto row = [&]() -> Row& {
         auto [it, fresh] = index.try_emplace(payment_id_of(page[i].persistence_id), rows.size());
         if (fresh) {
-          rows.emplace_back().created_ms = at;
-          ids.push_back(&it->first);
+          Row& fresh_row = rows.emplace_back();
+          fresh_row.id = &it->first;
+          fresh_row.created_ms = at;
         }
         Row& r = rows[it->second];
         r.last = i;
@@ -177,8 +178,7 @@ struct ByCustomer {
     }
     // A new row takes what the page gave (the rest empty or 0); a stored
     // one keeps what the page did not give.
-    for (std::size_t k = 0; k < rows.size(); ++k) {
-      const Row& r = rows[k];
+    for (const Row& r : rows) {
       auto done = tx.exec(
           sql<Model>("INSERT INTO payments_by_customer VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (payment_id) "
                      "DO UPDATE SET customer = CASE WHEN excluded.customer <> '' THEN excluded.customer "
@@ -188,7 +188,7 @@ struct ByCustomer {
                      "status = excluded.status, "
                      "refunded = CASE WHEN ?10 = 1 THEN excluded.refunded ELSE payments_by_customer.refunded END, "
                      "updated_ms = excluded.updated_ms"),
-          {*ids[k], r.customer, r.order_id, r.amount, to_string(r.status), r.refunded, r.created_ms, r.updated_ms,
+          {*r.id, r.customer, r.order_id, r.amount, to_string(r.status), r.refunded, r.created_ms, r.updated_ms,
            std::int64_t{r.has_order ? 1 : 0}, std::int64_t{r.has_refunded ? 1 : 0}});
       if (!done) {
         failed_at = r.last;

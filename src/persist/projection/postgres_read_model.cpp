@@ -198,8 +198,7 @@ class PostgresTransaction::Impl {
     first_failed_ = -1;
     tentative_.clear();
     tx_open_ = true;
-    for (const char* sql : {"BEGIN"})
-      if (auto r = send_plain(sql); !r) return r;
+    if (auto r = send_plain("BEGIN"); !r) return r;
     for (const char* sql : setup)
       if (auto r = send_plain(sql); !r) return r;
     return {};
